@@ -1,0 +1,47 @@
+"""``connect(url)``: the one place that picks a backend."""
+
+from __future__ import annotations
+
+import urllib.parse
+from collections.abc import Callable
+from typing import Any
+
+from operations import Backend, InvalidArgument
+
+__all__ = ["connect", "register_scheme"]
+
+Factory = Callable[[urllib.parse.SplitResult, dict[str, Any]], Backend]
+
+_SCHEMES: dict[str, Callable[[], Factory]] = {}
+
+
+def register_scheme(scheme: str, loader: Callable[[], Factory]) -> None:
+    """Make ``scheme:`` URLs open a backend. ``loader`` is called on first use (lazy imports)."""
+    _SCHEMES[scheme] = loader
+
+
+def connect(url: str, **options: Any) -> Backend:
+    """Open the backend that ``url`` names.
+
+    ``memory:`` (in process, for CI harnesses), ``local:/path/to/root`` (the broker core in
+    process), ``grpc://host:port`` / ``grpcs://`` / ``grpc+unix:///path.sock`` and
+    ``ssh://user@host:port`` (a broker process). Keyword options go to the backend (``token=``,
+    ``client_keys=``, ...). The result is an async context manager; close it with ``aclose()``.
+
+    Raises:
+        InvalidArgument: the URL is malformed or its scheme is unknown.
+    """
+    if not isinstance(url, str) or not url:
+        raise InvalidArgument("connect", str(url), "expected a backend URL such as 'memory:'")
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError as exc:
+        raise InvalidArgument("connect", url, f"malformed URL: {exc}") from None
+    scheme = parts.scheme.lower()
+    loader = _SCHEMES.get(scheme)
+    if loader is None:
+        known = ", ".join(f"{s}:" for s in sorted(_SCHEMES))
+        raise InvalidArgument(
+            "connect", url, f"unknown backend scheme {scheme!r}; use one of {known}"
+        )
+    return loader()(parts, options)

@@ -1,0 +1,88 @@
+"""The Operations contract: interfaces, value types, errors, cancellation, and the memory backend.
+
+General layout: ``_protocols`` (the interfaces), ``_types`` (values that cross them), ``_errors``
+(one hierarchy, stable codes), ``_abort`` (cancellation). Nothing here does network I/O, and
+nothing here imports ``broker`` or ``agent_side``; both depend on this package.
+"""
+
+from ._abort import AbortController as AbortController
+from ._abort import AbortSignal as AbortSignal
+from ._abort import abort_scope as abort_scope
+from ._errors import ERROR_TYPES as ERROR_TYPES
+from ._errors import Aborted as Aborted
+from ._errors import AlreadyExists as AlreadyExists
+from ._errors import EscapesRoot as EscapesRoot
+from ._errors import InvalidArgument as InvalidArgument
+from ._errors import IsADirectory as IsADirectory
+from ._errors import NotADirectory as NotADirectory
+from ._errors import NotFound as NotFound
+from ._errors import NotRegularFile as NotRegularFile
+from ._errors import OpsError as OpsError
+from ._errors import OutputLimit as OutputLimit
+from ._errors import PermissionDenied as PermissionDenied
+from ._errors import PolicyDenied as PolicyDenied
+from ._errors import Timeout as Timeout
+from ._errors import TooLarge as TooLarge
+from ._errors import TooManyLinks as TooManyLinks
+from ._errors import Unauthenticated as Unauthenticated
+from ._errors import Unavailable as Unavailable
+from ._errors import error_from_code as error_from_code
+from ._protocols import Backend as Backend
+from ._protocols import BashOperations as BashOperations
+from ._protocols import EditOperations as EditOperations
+from ._protocols import FileSystemOperations as FileSystemOperations
+from ._protocols import FindOperations as FindOperations
+from ._protocols import GrepOperations as GrepOperations
+from ._protocols import LsOperations as LsOperations
+from ._protocols import PowerShellOperations as PowerShellOperations
+from ._protocols import ReadOperations as ReadOperations
+from ._protocols import WriteOperations as WriteOperations
+from ._types import DirEntry as DirEntry
+from ._types import ExecResult as ExecResult
+from ._types import FileKind as FileKind
+from ._types import FileStat as FileStat
+from ._types import KillReason as KillReason
+from ._types import OnData as OnData
+from ._types import SearchMatch as SearchMatch
+
+__all__ = [
+    "ERROR_TYPES",
+    "AbortController",
+    "AbortSignal",
+    "Aborted",
+    "AlreadyExists",
+    "Backend",
+    "BashOperations",
+    "DirEntry",
+    "EditOperations",
+    "EscapesRoot",
+    "ExecResult",
+    "FileKind",
+    "FileStat",
+    "FileSystemOperations",
+    "FindOperations",
+    "GrepOperations",
+    "InvalidArgument",
+    "IsADirectory",
+    "KillReason",
+    "LsOperations",
+    "NotADirectory",
+    "NotFound",
+    "NotRegularFile",
+    "OnData",
+    "OpsError",
+    "OutputLimit",
+    "PermissionDenied",
+    "PolicyDenied",
+    "PowerShellOperations",
+    "ReadOperations",
+    "SearchMatch",
+    "Timeout",
+    "TooLarge",
+    "TooManyLinks",
+    "Unauthenticated",
+    "Unavailable",
+    "WriteOperations",
+    "abort_scope",
+    "error_from_code",
+]
