@@ -20,12 +20,14 @@ import sys
 __all__ = [
     "RESOLVE_BENEATH",
     "RESOLVE_NO_MAGICLINKS",
+    "RESOLVE_NO_SYMLINKS",
     "available",
     "openat2",
 ]
 
 SYS_OPENAT2 = 437  # the generic syscall table number; identical on x86-64, arm64, riscv64
 RESOLVE_NO_MAGICLINKS = 0x02
+RESOLVE_NO_SYMLINKS = 0x04
 RESOLVE_BENEATH = 0x08
 EAGAIN_RETRIES = 8  # the kernel says EAGAIN when a concurrent rename might let ".." escape; retry
 # a few times, then the caller falls back to the userspace walk (cap-std retries 4 times)

@@ -64,7 +64,7 @@ class _FollowLink(Exception):
     """Internal: the final name is a symlink the operation wants followed (never user-visible)."""
 
 
-def _errno_error(op: str, path: str, exc: OSError) -> OpsError:
+def errno_error(op: str, path: str, exc: OSError) -> OpsError:
     """The one place an errno becomes an Operations error."""
     code = exc.errno
     if code == errno.ENOENT:
@@ -134,7 +134,7 @@ class Root:
         try:
             self._fd = os.open(self.real, os.O_RDONLY | _DIR)
         except OSError as exc:
-            raise _errno_error("open_root", path, exc) from None
+            raise errno_error("open_root", path, exc) from None
         self._prefixes = [_components(os.fsencode(self.path)), _components(os.fsencode(self.real))]
 
     def capabilities(self) -> dict[str, object]:
@@ -291,7 +291,7 @@ class Root:
         try:
             yield
         except OSError as exc:
-            raise _errno_error(op, path, exc) from None
+            raise errno_error(op, path, exc) from None
         except RecursionError:
             raise InvalidArgument(op, path, "directory tree too deep") from None
 
@@ -367,7 +367,7 @@ class Root:
         fd = self.open_dir(op, path)
         with self._errors(op, path):
             try:
-                return _list_fd(fd)
+                return list_fd(fd)
             finally:
                 os.close(fd)
 
@@ -447,7 +447,7 @@ class Root:
                         raise InvalidArgument(
                             op, source, "cannot rename across filesystems"
                         ) from None
-                    raise _errno_error(op, source, exc) from None
+                    raise errno_error(op, source, exc) from None
 
             with self._errors(op, destination):
                 self._at(op, destination, dst, move)
@@ -561,7 +561,7 @@ def _mkdir_or_dir(dirfd: int, name: bytes) -> None:
         _stat_dir(dirfd, name)
 
 
-def _list_fd(fd: int) -> list[tuple[str, int]]:
+def list_fd(fd: int) -> list[tuple[str, int]]:
     entries = []
     with os.scandir(fd) as it:
         for entry in it:
@@ -581,7 +581,7 @@ def _remove_tree(dirfd: int, name: bytes) -> None:
     """Remove directory ``name`` and everything in it, each step relative to a directory fd."""
     fd = os.open(name, os.O_RDONLY | _DIR | os.O_NOFOLLOW, dir_fd=dirfd)
     try:
-        for child, kind in _list_fd(fd):
+        for child, kind in list_fd(fd):
             raw = os.fsencode(child)
             if kind == st.S_IFDIR:
                 _remove_tree(fd, raw)
