@@ -23,12 +23,13 @@ from operations import (
     ExecResult,
     FileKind,
     FileStat,
+    InvalidArgument,
     NotADirectory,
     NotFound,
     OnData,
+    OpsError,
     SearchMatch,
     TooLarge,
-    TooManyLinks,
     Unavailable,
 )
 from operations._search import LineMatcher, search_file
@@ -189,8 +190,10 @@ class Broker:
     async def exists(self, path: str) -> bool:
         try:
             self._root.stat("exists", path)
-        except (NotFound, NotADirectory, TooManyLinks):
-            return False
+        except (InvalidArgument, Unavailable):
+            raise
+        except OpsError:
+            return False  # missing, dangling, a loop, or leading outside: nothing usable there
         return True
 
     async def stat(self, path: str) -> FileStat:
