@@ -35,6 +35,7 @@ from ._types import FileKind, FileStat
 
 __all__ = [
     "MAX_SYMLINKS",
+    "NAME_MAX",
     "DirNode",
     "FileNode",
     "LinkNode",
@@ -48,6 +49,9 @@ __all__ = [
 
 MAX_SYMLINKS = 40
 """Links followed in one resolution before TooManyLinks: Linux's limit, which openat2 applies."""
+
+NAME_MAX = 255
+"""Longest file name, in UTF-8 bytes (Linux's NAME_MAX): longer is InvalidArgument."""
 
 DIRECTORY_SIZE = 4096
 """What ``stat`` reports as a directory's size, as ext4 does for a small directory."""
@@ -240,6 +244,8 @@ class VirtualTree:
                 stack.pop()
                 current = stack[-1][1] if stack else self.root_dir
                 continue
+            if len(token.encode("utf-8", "surrogateescape")) > NAME_MAX:
+                raise InvalidArgument(op, path, f"file name longer than {NAME_MAX} bytes")
             final = all(t in (".", _DIR_MARK) for t in todo)
             need_dir = final and bool(todo)
             if not current.mode & 0o100:
