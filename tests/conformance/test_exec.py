@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from operations import (
+    Backend,
     BashOperations,
     EscapesRoot,
     ExecResult,
@@ -102,6 +103,9 @@ async def test_concurrent_commands(ws: Workspace) -> None:
     assert results == [(ExecResult(0), b"hi\n")] * 10
 
 
-async def test_interfaces(ws: Workspace) -> None:
+async def test_backend_surface(ws: Workspace) -> None:
+    """Every interface is there; pwsh itself may be absent, so only its shape is checked here."""
+    assert isinstance(ws.ops, Backend)
     assert isinstance(ws.ops, BashOperations)
     assert isinstance(ws.ops.powershell, PowerShellOperations)
+    assert ws.ops.root == ws.root
