@@ -22,9 +22,15 @@ def anyio_backend() -> str:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: object) -> None:
-    """Mark coroutine tests for anyio while they are collected, so that anyio adds its
-    ``anyio_backend`` fixture then. (Marking them later, in ``pytest_collection_modifyitems``,
-    makes anyio re-create each item and drop its ``parametrize`` ids and fixture params.)"""
-    is_test_class = isinstance(collector, pytest.Class | pytest.Module)
-    if inspect.iscoroutinefunction(obj) and is_test_class and collector.istestfunction(obj, name):
+    # Mark at collection time, before the test is parametrised: anyio's plugin replaces items
+    # marked later (dropping their other parameters, e.g. the conformance ``ws`` backends).
+    if inspect.iscoroutinefunction(obj) and name.startswith("test"):
+        pytest.mark.usefixtures("anyio_backend")(obj)
         pytest.mark.anyio(obj)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        function = getattr(item, "function", None)
+        if function is not None and inspect.iscoroutinefunction(function):
+            item.add_marker(pytest.mark.anyio)

@@ -1,17 +1,40 @@
-"""The broker tests' ``ws`` fixture: every registered conformance backend, as in the suite."""
+"""Process-manager fixtures: every test runs with a per-command cgroup (where this host has a
+writable cgroup v2 tree) and with the fallback forced (process group, subreaper, /proc sweep)."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 
-from tests.conformance._workspace import Workspace
-from tests.conformance.conftest import BACKENDS
+from broker._cgroup import CgroupTree
+from broker._process import ProcessManager
+
+TEST_KILL_GRACE_S = 0.2
+"""Short SIGTERM grace so TERM-ignoring cases stay quick."""
 
 
-@pytest.fixture(params=sorted(BACKENDS))
-async def ws(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Workspace]:
-    async with BACKENDS[request.param](tmp_path) as workspace:
-        yield workspace
+def _cgroups_available() -> bool:
+    tree = CgroupTree.create()
+    if tree is None:
+        return False
+    tree.remove()
+    return True
+
+
+CGROUPS = _cgroups_available()
+MODES = ["cgroup", "fallback"] if CGROUPS else ["fallback"]
+
+
+@pytest.fixture(params=MODES)
+def mode(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+async def manager(mode: str) -> AsyncIterator[ProcessManager]:
+    pm = ProcessManager(use_cgroups=mode == "cgroup", kill_grace=TEST_KILL_GRACE_S)
+    try:
+        yield pm
+    finally:
+        await pm.aclose()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import errno
 import os
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,6 +20,7 @@ import pytest
 
 from operations import EscapesRoot, FileKind, InvalidArgument, NotADirectory, OpsError
 from tests.conformance._workspace import DiskWorkspace, Workspace
+from tests.conformance.conftest import BACKENDS
 
 
 @dataclass(frozen=True)
@@ -108,6 +110,13 @@ def check_error(case: Case, exc: OpsError, *, follows: bool = True) -> None:
     """Escapes must say so, except where the operation stops at a final link (``ltarget``)."""
     if case.escapes and (follows or not case.ltarget):
         assert isinstance(exc, EscapesRoot), f"{case.name}: {exc!r}; want EscapesRoot"
+
+
+@pytest.fixture(params=sorted(BACKENDS))
+async def ws(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Workspace]:
+    """Every registered conformance backend, as in the suite."""
+    async with BACKENDS[request.param](tmp_path) as workspace:
+        yield workspace
 
 
 @pytest.fixture
