@@ -409,10 +409,13 @@ class Root:
                 self._at(op, path, parts, make)
 
     def _is_dir_beneath(self, op: str, path: str, parts: list[bytes]) -> bool:
-        """Whether ``parts`` resolves, links followed beneath the root, to a directory."""
+        """Whether ``parts`` resolves, links followed beneath the root, to a directory.
+
+        A link that leads outside the root raises :class:`~operations.EscapesRoot` (as the
+        memory backend does), rather than reading as "exists, not a directory"."""
         try:
             self._at(op, path, [*parts, b"."], _stat_dir)
-        except (OSError, OpsError):
+        except (NotFound, NotADirectory, FileNotFoundError, NotADirectoryError):
             return False
         return True
 
