@@ -172,7 +172,7 @@ class Root:
         if "\x00" in path:
             raise InvalidArgument(op, path, "path contains a NUL byte")
         try:
-            raw = os.fsencode(path)
+            raw = path.encode("utf-8")  # strict: a surrogate escape (undecodable name) is refused
         except UnicodeError:
             raise InvalidArgument(op, path, "path is not valid UTF-8") from None
         if len(raw) > MAX_PATH:
