@@ -136,6 +136,7 @@ class Root:
         except OSError as exc:
             raise errno_error("open_root", path, exc) from None
         self._prefixes = [_components(os.fsencode(self.path)), _components(os.fsencode(self.real))]
+        self._fast_prefix = os.fsencode(self.path.rstrip("/") + "/")
 
     def capabilities(self) -> dict[str, object]:
         """Which resolver runs and what the kernel offers (reported by the broker)."""
@@ -177,6 +178,14 @@ class Root:
             raise InvalidArgument(op, path, "path is not valid UTF-8") from None
         if len(raw) > MAX_PATH:
             raise InvalidArgument(op, path, f"path longer than {MAX_PATH} bytes")
+        if raw.startswith(self._fast_prefix):  # the common case: a clean path under the root
+            parts = raw[len(self._fast_prefix) :].split(b"/")
+            if b"" not in parts and b"." not in parts and b".." not in parts:
+                if max(map(len, parts)) > MAX_NAME:
+                    raise InvalidArgument(
+                        op, path, f"a path component is longer than {MAX_NAME} bytes"
+                    )
+                return parts
         if not raw.startswith(b"/"):
             raise InvalidArgument(op, path, f"expected an absolute path under {self.path}")
         parts = _components(raw)

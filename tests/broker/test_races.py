@@ -99,7 +99,8 @@ def swap_dir_and_link(path: Path, link_target: str) -> Callable[[], None]:
         with contextlib.suppress(FileExistsError):
             os.symlink(link_target, path)
         for _ in range(100):
-            clear()
+            with contextlib.suppress(OSError):  # the broker may be creating inside it right now
+                clear()
             try:
                 os.rename(saved, path)
                 return
