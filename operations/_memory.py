@@ -31,6 +31,7 @@ from ._abort import AbortSignal
 from ._errors import (
     AlreadyExists,
     DirectoryNotEmpty,
+    EscapesRoot,
     InvalidArgument,
     IsADirectory,
     NotADirectory,
@@ -38,6 +39,7 @@ from ._errors import (
     NotRegularFile,
     OpsError,
     TooLarge,
+    TooManyLinks,
     Unavailable,
 )
 from ._mime import SNIFF_BYTES, sniff_image_mime_type
@@ -279,6 +281,26 @@ class InMemoryOperations:
             raise NotADirectory(op, path)
         return node
 
+    def _final_link(self, op: str, path: str) -> LinkNode | None:
+        """The symlink that ``path`` names itself (trailing slashes ignored), if it is one."""
+        bare = path.rstrip("/")
+        if not bare or bare.rsplit("/", 1)[-1] in (".", ".."):
+            return None
+        try:
+            node = self.vfs.resolve(op, bare, follow=False).node
+        except OpsError:
+            return None
+        return node if isinstance(node, LinkNode) else None
+
+    def _mutable_name(self, op: str, path: str) -> None:
+        """Refuse, before resolving, what remove and rename cannot act on: a final ``.`` or
+        ``..``, and a symlink followed by a slash (the link is named without it)."""
+        last = path.rstrip("/").rsplit("/", 1)[-1]
+        if last in (".", ".."):
+            raise InvalidArgument(op, path, "cannot act on a path ending in '.' or '..'")
+        if path.endswith("/") and self._final_link(op, path) is not None:
+            raise NotADirectory(op, path, "a symlink with a trailing slash; name the link itself")
+
     # -- ReadOperations -----------------------------------------------------------------------
 
     async def read_file(self, path: str) -> bytes:
@@ -331,7 +353,14 @@ class InMemoryOperations:
     async def mkdir(self, path: str) -> None:
         op = "mkdir"
         with self._op(op, path):
-            resolved = self.vfs.resolve(op, path, follow=True, create_dirs=True)
+            try:
+                resolved = self.vfs.resolve(op, path, follow=True, create_dirs=True)
+            except (EscapesRoot, TooManyLinks):
+                # An existing final link that leads nowhere allowed is simply "already exists",
+                # as mkdir(2) says of any existing name; other escapes are reported as such.
+                if self._final_link(op, path) is not None:
+                    raise AlreadyExists(op, path) from None
+                raise
             node = resolved.node
             if isinstance(node, DirNode):
                 return
@@ -346,9 +375,7 @@ class InMemoryOperations:
         with self._op("exists", path):
             try:
                 return self.vfs.resolve("exists", path, follow=True).node is not None
-            except InvalidArgument:
-                raise
-            except OpsError:
+            except (NotFound, NotADirectory, TooManyLinks):
                 return False
 
     async def stat(self, path: str) -> FileStat:
@@ -494,6 +521,7 @@ class InMemoryOperations:
     async def remove(self, path: str, *, recursive: bool = False) -> None:
         op = "remove"
         with self._op(op, path):
+            self._mutable_name(op, path)
             resolved, node = self._existing(op, path, follow=False)
             if resolved.name is None:
                 raise InvalidArgument(op, path, "cannot remove '.', '..' or the workspace root")
@@ -509,6 +537,8 @@ class InMemoryOperations:
     async def rename(self, source: str, destination: str) -> None:
         op = "rename"
         with self._op(op, source, destination):
+            self._mutable_name(op, source)
+            self._mutable_name(op, destination)
             src, node = self._existing(op, source, follow=False)
             dst = self.vfs.resolve(op, destination, follow=False)
             if src.name is None or dst.name is None:

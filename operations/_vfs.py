@@ -4,8 +4,9 @@ The tree is a whole namespace (``/`` down), so a harness can put a decoy beside 
 (``/outside``) and prove nothing reaches it. Only paths under :attr:`VirtualTree.root` are
 reachable through :meth:`VirtualTree.resolve`, with the rules of DESIGN.md section 4:
 
-- the path must be absolute and start with the root (``/workspace/...``); anything else, or a
-  ``..`` that climbs above the root (even if it comes back), is :class:`~operations.EscapesRoot`;
+- an absolute path must start with the root (``/workspace/...``), a relative one is taken from
+  the root; any other absolute path, or a ``..`` that climbs above the root (even if it comes
+  back), is :class:`~operations.EscapesRoot`;
 - symlinks are followed physically (a link's target is spliced in before a later ``..`` applies);
   an absolute target is an escape, even one that points inside the root;
 - at most :data:`MAX_SYMLINKS` links per resolution, then :class:`~operations.TooManyLinks`;
@@ -36,6 +37,7 @@ from ._types import FileKind, FileStat
 __all__ = [
     "MAX_SYMLINKS",
     "NAME_MAX",
+    "PATH_MAX",
     "DirNode",
     "FileNode",
     "LinkNode",
@@ -49,6 +51,9 @@ __all__ = [
 
 MAX_SYMLINKS = 40
 """Links followed in one resolution before TooManyLinks: Linux's limit, which openat2 applies."""
+
+PATH_MAX = 4096
+"""Longest path, in UTF-8 bytes (Linux's PATH_MAX): longer is InvalidArgument."""
 
 NAME_MAX = 255
 """Longest file name, in UTF-8 bytes (Linux's NAME_MAX): longer is InvalidArgument."""
@@ -193,13 +198,19 @@ class VirtualTree:
     # -- confined resolution -----------------------------------------------------------------
 
     def relative(self, op: str, path: str) -> str:
-        """The part of ``path`` below the root, verbatim (dots kept); raise if it is not below."""
+        """The part of ``path`` below the root, verbatim (dots kept); raise if it is not below.
+
+        An absolute path must start with the root, component by component; a relative path is
+        taken relative to the root (as the broker core does).
+        """
         if not isinstance(path, str) or path == "":
             raise InvalidArgument(op, path if isinstance(path, str) else None, "empty path")
         if "\0" in path:
             raise InvalidArgument(op, path, "path contains a NUL byte")
+        if len(path.encode("utf-8", "surrogateescape")) > PATH_MAX:
+            raise InvalidArgument(op, path, f"path longer than {PATH_MAX} bytes")
         if not path.startswith("/"):
-            raise InvalidArgument(op, path, f"expected an absolute path under {self.root}")
+            return path
         parts = path.split("/")
         index = 0
         for root_part in self.root_parts:
