@@ -10,8 +10,9 @@ reachable through :meth:`VirtualTree.resolve`, with the rules of DESIGN.md secti
 - symlinks are followed physically (a link's target is spliced in before a later ``..`` applies);
   an absolute target is an escape, even one that points inside the root;
 - at most :data:`MAX_SYMLINKS` links per resolution, then :class:`~operations.TooManyLinks`;
-- a trailing ``/`` (or ``/.``) requires a directory: after a file it is NotADirectory, and a final
-  symlink before it is followed (confined) even by operations that otherwise do not follow it;
+- a trailing ``/`` requires a directory: after a file it is NotADirectory, and a final symlink
+  before it is followed (confined) even by operations that otherwise do not follow it; a
+  trailing ``/.`` also requires the directory to exist;
 - permission bits are honoured as for a non-root owner: ``x`` to pass through a directory, ``r``
   to list it or read a file, ``w`` to change a directory's entries or write a file.
 
@@ -257,7 +258,9 @@ class VirtualTree:
                 continue
             if len(token.encode("utf-8", "surrogateescape")) > NAME_MAX:
                 raise InvalidArgument(op, path, f"file name longer than {NAME_MAX} bytes")
-            final = all(t in (".", _DIR_MARK) for t in todo)
+            # Only a trailing slash keeps a name final; "name/." walks through name, so name
+            # must exist (as in Linux: open("missing/.", O_CREAT) is ENOENT, not EISDIR).
+            final = all(t == _DIR_MARK for t in todo)
             need_dir = final and bool(todo)
             if not current.mode & 0o100:
                 raise PermissionDenied(op, path, "a directory on the path is not searchable")
