@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import inspect
 import logging
 import math
@@ -78,8 +79,13 @@ KILL_GRACE_S = 1.0
 IDLE_GRACE_S = 0.1
 """After the shell exits, stop reading once output has been idle this long (reference: 100 ms)."""
 
-READ_CHUNK = 64 * 1024
+READ_CHUNK = 256 * 1024
 """Bytes read from the pipe at a time: the most output the broker holds for one command."""
+
+PIPE_SIZE = 1024 * 1024
+"""Kernel pipe buffer for the output pipe: fewer wake-ups for fast producers (Linux, best effort)."""
+
+_F_SETPIPE_SZ = 1031
 
 MAX_TIMEOUT_S = 2147483.647
 """Largest timeout accepted (the reference's limit: 2**31-1 milliseconds)."""
@@ -365,6 +371,8 @@ class ProcessManager:
 
         need_child_hook = bool(procs_fds) or cwd_fd is not None or scope is not None
         read_fd, write_fd = os.pipe()
+        with contextlib.suppress(OSError):
+            fcntl.fcntl(read_fd, _F_SETPIPE_SZ, PIPE_SIZE)
         try:
             popen = subprocess.Popen(
                 list(argv),
@@ -485,6 +493,8 @@ class ProcessManager:
                 result = on_data(data)
                 if inspect.isawaitable(result):
                     await result
+                else:
+                    await asyncio.sleep(0)  # a producer that never blocks must not starve the loop
                 run.last_activity = loop.time()
             if run.kill_reason is KillReason.OUTPUT_LIMIT:
                 return
@@ -534,7 +544,13 @@ class ProcessManager:
             if await self._wait_empty(run, 0.1):
                 return
             if loop.time() > deadline:
-                log.error("exec: process tree of pid %d survives SIGKILL; giving up", run.pid)
+                log.error(
+                    "exec: process tree of pid %d survives SIGKILL; giving up (%s)",
+                    run.pid,
+                    run.cgroup.pids()
+                    if run.cgroup
+                    else sorted(self._members(run).values(), key=str),
+                )
                 return
 
     async def _wait_empty(self, run: _Run, within: float) -> bool:
