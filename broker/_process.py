@@ -35,6 +35,8 @@ import inspect
 import logging
 import math
 import os
+import shlex
+import shutil
 import signal as _signal
 import subprocess
 import uuid
@@ -49,6 +51,7 @@ from operations import (
     KillReason,
     NotFound,
     OnData,
+    OpsError,
     PermissionDenied,
     Unavailable,
 )
@@ -146,6 +149,30 @@ class _Run:
         if self.kill_reason is None:
             self.kill_reason = reason
             self.kill_event.set()
+
+
+def _check_program(program: str, path: str | None) -> None:
+    """Fail like a direct spawn would when the program is missing (the trampoline would hide it)."""
+    found = (
+        os.access(program, os.X_OK)
+        if "/" in program
+        else shutil.which(program, path=path or os.defpath) is not None
+    )
+    if not found:
+        raise NotFound("exec", program, "program not found")
+
+
+def _cgroup_trampoline(cgroup: CommandCgroup, env: Mapping[str, str]) -> list[str]:
+    """``sh -c`` prefix that writes the shell into each of the command's cgroups, then execs.
+
+    ``sh`` sets ``PWD`` itself; the trampoline restores the caller's environment exactly.
+    """
+    steps = [
+        f"echo 0 > {shlex.quote(os.path.join(g, 'cgroup.procs'))}"
+        for g in (cgroup.path, *cgroup.limit_paths)
+    ]
+    steps.append(f"export PWD={shlex.quote(env['PWD'])}" if "PWD" in env else "unset PWD")
+    return ["/bin/sh", "-c", " && ".join(steps) + ' && exec "$@"', "opsbroker-exec"]
 
 
 def _check_timeout(timeout: float | None) -> None:
@@ -355,41 +382,61 @@ class ProcessManager:
         child_env = dict(MINIMAL_ENV if env is None else env)
         child_env[COOKIE_VAR] = cookie
         cgroup = None
-        procs_fds: list[int] = []
         if self._cgroups is not None:
             cgroup = self._cgroups.new_command(pids_max=self._pids_max, memory_max=self._memory_max)
-            procs_fds = cgroup.procs_fds()
         scope = self._scope
-
-        def in_child() -> None:  # between fork and exec: keep it to a few system calls
-            for fd in procs_fds:
-                os.write(fd, b"0")
-            if cwd_fd is not None:
-                os.fchdir(cwd_fd)
+        procs_fds: list[int] = []
+        preexec: Callable[[], None] | None = None
+        child_argv = list(argv)
+        child_cwd: str | None = cwd
+        try:
             if scope is not None:
-                scope.restrict_self()
+                # Landlock must be entered by the child itself: a Python hook between fork and
+                # exec (a real fork, not vfork). The cgroup and cwd ride along at no extra cost.
+                procs_fds = cgroup.procs_fds() if cgroup is not None else []
 
-        need_child_hook = bool(procs_fds) or cwd_fd is not None or scope is not None
+                def in_child() -> None:  # keep it to a few system calls
+                    for fd in procs_fds:
+                        os.write(fd, b"0")
+                    if cwd_fd is not None:
+                        os.fchdir(cwd_fd)
+                    scope.restrict_self()
+
+                preexec = in_child
+                child_cwd = cwd if cwd_fd is None else None
+            else:
+                # No Python in the child, so subprocess can vfork: chdir through the fd's magic
+                # link (done before fds are closed), and a one-line sh trampoline that moves
+                # itself into the cgroup before exec'ing the command (it cannot fork first).
+                if cwd_fd is not None:
+                    child_cwd = f"/proc/self/fd/{cwd_fd}"
+                if cgroup is not None:
+                    _check_program(child_argv[0], child_env.get("PATH"))
+                    child_argv = [*_cgroup_trampoline(cgroup, child_env), *child_argv]
+        except BaseException:
+            if cgroup is not None:
+                cgroup.remove()
+            raise
         read_fd, write_fd = os.pipe()
         with contextlib.suppress(OSError):
             fcntl.fcntl(read_fd, _F_SETPIPE_SZ, PIPE_SIZE)
         try:
             popen = subprocess.Popen(
-                list(argv),
+                child_argv,
                 stdin=subprocess.DEVNULL,
                 stdout=write_fd,
                 stderr=write_fd,
-                cwd=cwd if cwd_fd is None else None,
+                cwd=child_cwd,
                 env=child_env,
                 start_new_session=True,
                 close_fds=True,
-                preexec_fn=in_child if need_child_hook else None,
+                preexec_fn=preexec,
             )
         except BaseException as e:
             os.close(read_fd)
             if cgroup is not None:
                 cgroup.remove()
-            raise self._spawn_error(e, argv, cwd) from e
+            raise self._spawn_error(e, argv, cwd, child_cwd) from e
         finally:
             os.close(write_fd)
             for fd in procs_fds:
@@ -410,9 +457,13 @@ class ProcessManager:
         )
 
     @staticmethod
-    def _spawn_error(e: BaseException, argv: Sequence[str], cwd: str) -> BaseException:
+    def _spawn_error(
+        e: BaseException, argv: Sequence[str], cwd: str, child_cwd: str | None
+    ) -> BaseException:
+        if isinstance(e, OpsError):
+            return e
         if isinstance(e, FileNotFoundError):
-            if e.filename == cwd:
+            if e.filename in (cwd, child_cwd):
                 return NotFound("exec", cwd, "working directory does not exist")
             return NotFound("exec", argv[0], "program not found")
         if isinstance(e, PermissionError):
@@ -593,7 +644,10 @@ class ProcessManager:
                 pidfd_signal(pid, sig, _same_process(st))
 
     def _members(self, run: _Run) -> dict[int, ProcStat]:
-        """The command's processes, by ``/proc``: its session, cookie holders, their descendants."""
+        """The command's processes, by ``/proc``: its session, cookie holders, their descendants.
+
+        Zombies among them that the broker adopted (subreaper) are reaped on the way.
+        """
         me = os.getpid()
         cookie = run.cookie.encode()
         candidates: dict[int, ProcStat] = {}
@@ -615,6 +669,11 @@ class ProcessManager:
                 if pid not in members and st.ppid in members:
                     members[pid] = st
                     grew = True
+        self._note_adopted(run, members)
+        for pid, st in members.items():
+            if not st.alive and st.ppid == me and pid != run.pid:
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, os.WNOHANG)
         return members
 
     def _note_adopted(self, run: _Run, pids: Mapping[int, ProcStat] | Sequence[int]) -> None:
@@ -628,18 +687,12 @@ class ProcessManager:
                 run.adopted[pid] = st.starttime
 
     def _reap_adopted(self, run: _Run) -> None:
-        """Reap zombies the broker adopted from this command, and only those (never asyncio's)."""
-        if not is_child_subreaper():
-            return
+        """Reap the zombies the broker adopted from this command, and only those (never a pid
+        that asyncio or other code spawned: each is checked by pid, start time and parent)."""
         me = os.getpid()
-        for pid in proc_pids():
+        for pid, start in run.adopted.items():
             st = read_stat(pid)
-            if st is None or st.alive or st.ppid != me or pid == run.pid:
-                continue
-            ours = run.adopted.get(pid) == st.starttime or (
-                st.sid == run.pid and st.starttime >= run.leader_start
-            )
-            if ours:
+            if st is not None and not st.alive and st.ppid == me and st.starttime == start:
                 with contextlib.suppress(ChildProcessError):
                     os.waitpid(pid, os.WNOHANG)
 

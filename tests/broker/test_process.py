@@ -24,7 +24,7 @@ from operations import (
 )
 
 from ._procscan import marked_env, new_marker, open_fds, survivors
-from .conftest import TEST_KILL_GRACE_S
+from .conftest import TEST_KILL_GRACE_S, make_manager
 
 pytestmark = pytest.mark.anyio  # see test_process_escape.py
 
@@ -166,7 +166,7 @@ async def test_second_cancellation_does_not_cut_cleanup_short(manager: ProcessMa
 
 
 async def test_shutdown_kills_running_commands(mode: str) -> None:
-    pm = ProcessManager(use_cgroups=mode == "cgroup", kill_grace=TEST_KILL_GRACE_S)
+    pm = make_manager(mode)
     marker = new_marker()
     tasks = [
         asyncio.create_task(run(pm, "setsid sleep 1000 & sleep 1000", env=marked_env(marker)))

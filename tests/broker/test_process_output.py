@@ -16,7 +16,7 @@ from broker._shell import bash_argv
 from operations import ExecResult, KillReason
 
 from ._procscan import marked_env, new_marker, rss_bytes, survivors
-from .conftest import TEST_KILL_GRACE_S
+from .conftest import TEST_KILL_GRACE_S, make_manager
 
 pytestmark = pytest.mark.anyio  # see test_process_escape.py
 
@@ -78,9 +78,7 @@ async def test_binary_output_is_byte_exact(manager: ProcessManager, tmp_path: Pa
 
 @pytest.mark.parametrize("command", ["yes", "setsid yes & setsid yes & wait"])
 async def test_output_limit_kills_tree_and_says_so(mode: str, command: str) -> None:
-    pm = ProcessManager(
-        use_cgroups=mode == "cgroup", kill_grace=TEST_KILL_GRACE_S, max_output_bytes=100_000
-    )
+    pm = make_manager(mode, max_output_bytes=100_000)
     marker = new_marker()
     counter = Counter()
     try:
