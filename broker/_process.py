@@ -14,8 +14,17 @@ The tree is tracked so that ``setsid`` and double forks cannot escape:
   (``OPSBROKER_EXEC_ID``), and a ``/proc`` sweep finds the command's session, the cookie holders
   and their descendants (:mod:`broker._proctree`).
 
-Where the kernel has Landlock signal scoping the command cannot signal anything outside its own
-tree, so ``kill $PPID`` fails; the new session already keeps ``kill 0`` and terminal signals away.
+Where the kernel has Landlock signal scoping (Linux 6.12) the command cannot signal anything
+outside its own tree, so ``kill $PPID`` fails; the new session already keeps ``kill 0``, ``kill
+-$PPID`` of an unrelated group and terminal signals away, but not a direct ``kill $PPID``.
+
+Spawning: with signal scoping the child must call ``landlock_restrict_self`` itself, so
+``subprocess`` runs a small Python hook between fork and exec (a real fork; it also enters the
+cgroup and ``fchdir``s there). Without it no Python runs in the child and ``subprocess`` can vfork:
+the working directory is entered through ``/proc/self/fd/<cwd_fd>`` and a one-line ``sh``
+trampoline writes itself into the cgroup before exec'ing the command. Either way the command is
+tracked before it can fork. The fork costs about 2-3 ms more per command on a VM
+(``scripts/bench.py exec_true``).
 
 Timeout, abort (signal or task cancellation), output limit and shutdown take the same path:
 SIGTERM (and SIGCONT, so a stopped process can act on it), ``kill_grace`` seconds, then SIGKILL of
@@ -64,10 +73,10 @@ from ._proctree import (
     has_pidfd,
     is_child_subreaper,
     pidfd_signal,
-    proc_pids,
     read_cookie,
     read_stat,
     set_child_subreaper,
+    stats_since,
 )
 from ._signal_scope import SignalScope
 
@@ -650,13 +659,8 @@ class ProcessManager:
         """
         me = os.getpid()
         cookie = run.cookie.encode()
-        candidates: dict[int, ProcStat] = {}
-        for pid in proc_pids():
-            if pid in (1, me):
-                continue
-            st = read_stat(pid)
-            if st is not None and st.starttime >= run.leader_start:
-                candidates[pid] = st  # anything older cannot descend from the command
+        # Anything started before the leader cannot descend from the command.
+        candidates = stats_since(run.leader_start, exclude=(1, me))
         members = {
             pid: st
             for pid, st in candidates.items()

@@ -31,11 +31,19 @@ def benchmark(fn: Callable[[], None]) -> Callable[[], None]:
 
 
 def _modes() -> list[str]:
+    """``cgroup`` is the default set-up (cgroup + Landlock signal scope where available)."""
     tree = CgroupTree.create()
     if tree is None:
-        return ["fallback"]
+        return ["fallback-scoped", "fallback"]
     tree.remove()
-    return ["cgroup", "fallback"]
+    return ["cgroup", "cgroup-unscoped", "fallback"]
+
+
+def _manager(mode: str) -> ProcessManager:
+    return ProcessManager(
+        use_cgroups=mode.startswith("cgroup"),
+        scope_signals=None if mode in ("cgroup", "fallback-scoped") else False,
+    )
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -52,7 +60,7 @@ def exec_true() -> None:
     """Latency of ``exec(["true"])`` through the manager against asyncio's own subprocess."""
 
     async def run() -> dict[str, list[float]]:
-        managers = {mode: ProcessManager(use_cgroups=mode == "cgroup") for mode in _modes()}
+        managers = {mode: _manager(mode) for mode in _modes()}
         times: dict[str, list[float]] = {"asyncio": [], **{m: [] for m in managers}}
         try:
             for _ in range(EXEC_TRUE_ROUNDS):  # interleaved batches: load changes hit both sides
@@ -124,7 +132,7 @@ def cancel_to_empty_tree() -> None:
         return elapsed
 
     async def run(mode: str) -> list[float]:
-        pm = ProcessManager(use_cgroups=mode == "cgroup")
+        pm = _manager(mode)
         try:
             return [await one(pm, i) for i in range(CANCEL_ROUNDS)]
         finally:
