@@ -48,6 +48,7 @@ import shlex
 import shutil
 import signal as _signal
 import subprocess
+import time
 import uuid
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -104,6 +105,9 @@ MAX_TIMEOUT_S = 2147483.647
 
 EMPTY_TREE_LIMIT_S = 10.0
 """After SIGKILL, how long to keep killing before reporting a tree that will not die (D state)."""
+
+STALE_ZOMBIE_S = 5.0
+"""A zombie child unreaped this long was adopted, not spawned (asyncio reaps within ms)."""
 
 POLL_FIRST_S = 0.0005
 POLL_MAX_S = 0.02
@@ -266,6 +270,7 @@ class ProcessManager:
         self._pids_max = pids_max
         self._memory_max = memory_max
         self._runs: set[_Run] = set()
+        self._stale_zombies: dict[tuple[int, int], float] = {}
         self._closing = False
         self._pidfd = has_pidfd()
         self._cgroups: CgroupTree | None = None
@@ -514,9 +519,10 @@ class ProcessManager:
         killed = asyncio.create_task(run.kill_event.wait())
         try:
             while not exited.done() and not killed.done():
-                await asyncio.wait({exited, killed, pump}, return_when=asyncio.FIRST_COMPLETED)
-                if pump.done() and pump.exception() is not None:
-                    pump.result()
+                waiters = {exited, killed} if pump.done() else {exited, killed, pump}
+                await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+                if pump.done():
+                    pump.result()  # on_data raised: propagate (the caller kills the tree)
             if run.kill_reason is not None:
                 return
             run.last_activity = max(run.last_activity, loop.time())
@@ -583,6 +589,8 @@ class ProcessManager:
             if run.pidfd is not None:
                 os.close(run.pidfd)
             self._reap_adopted(run)
+            if self._stale_zombies:
+                self._reap_stale_zombies()
             if run.cgroup is not None:
                 try:
                     run.cgroup.remove()
@@ -647,7 +655,6 @@ class ProcessManager:
                 pidfd_signal(pid, sig, cgroup.contains)
             return
         members = self._members(run)
-        self._note_adopted(run, members)
         for pid, st in members.items():
             if st.alive:
                 pidfd_signal(pid, sig, _same_process(st))
@@ -674,11 +681,36 @@ class ProcessManager:
                     members[pid] = st
                     grew = True
         self._note_adopted(run, members)
-        for pid, st in members.items():
-            if not st.alive and st.ppid == me and pid != run.pid:
+        leaders = {r.pid for r in self._runs}
+        for pid, st in candidates.items():
+            if st.alive or st.ppid != me or pid in leaders:
+                continue
+            if pid in members:
                 with contextlib.suppress(ChildProcessError):
                     os.waitpid(pid, os.WNOHANG)
+            elif self._subreaper:
+                self._stale_zombies.setdefault((pid, st.starttime), time.monotonic())
         return members
+
+    def _reap_stale_zombies(self) -> None:
+        """Reap zombie children nobody has reaped for ``STALE_ZOMBIE_S`` (fallback mode only).
+
+        A ``setsid`` orphan that exits on its own before any sweep sees it alive becomes a zombie
+        child of the broker (the subreaper) that no command can be matched to. asyncio and
+        ``subprocess`` reap their own children within milliseconds, so a zombie child that has
+        stayed unreaped this long is one the broker adopted.
+        """
+        now = time.monotonic()
+        me = os.getpid()
+        for key, first_seen in list(self._stale_zombies.items()):
+            if now - first_seen < STALE_ZOMBIE_S:
+                continue
+            del self._stale_zombies[key]
+            pid, start = key
+            st = read_stat(pid)
+            if st is not None and not st.alive and st.ppid == me and st.starttime == start:
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, os.WNOHANG)
 
     def _note_adopted(self, run: _Run, pids: Mapping[int, ProcStat] | Sequence[int]) -> None:
         """Remember members the broker adopted (subreaper), to reap them once they are zombies."""

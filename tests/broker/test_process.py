@@ -6,11 +6,13 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from broker import _process
 from broker._process import MINIMAL_ENV, ProcessManager
 from broker._proctree import COOKIE_VAR
 from broker._shell import bash_argv
@@ -222,3 +224,65 @@ async def test_concurrent_commands_are_independent(manager: ProcessManager) -> N
 def test_background_ttl_is_reserved() -> None:
     with pytest.raises(ValueError, match="background_ttl"):
         ProcessManager(background_ttl=5.0)
+
+
+async def test_on_data_error_kills_tree_and_propagates(manager: ProcessManager) -> None:
+    marker = new_marker()
+
+    def failing(data: bytes) -> None:
+        raise ValueError("consumer broke")
+
+    with pytest.raises(ValueError, match="consumer broke"):
+        await manager.exec(
+            bash_argv("setsid sleep 1000 & echo x; sleep 1000"),
+            cwd="/",
+            on_data=failing,
+            env=marked_env(marker),
+        )
+    assert survivors(marker) == []
+
+
+async def test_memory_limit(mode: str) -> None:
+    """With cgroups, ``memory_max`` holds a command to its limit (the kernel OOM-kills it)."""
+    pm = make_manager(mode, memory_max=64 * 1024 * 1024)
+    command = f"{sys.executable} -c 'x = bytearray(300 << 20)'; echo rc=$?"
+    try:
+        result, out = await run(pm, command, timeout=30)
+        enforced = "memory" in pm.capabilities().limits
+    finally:
+        await pm.aclose()
+    assert result == ExecResult(0)
+    assert enforced == mode.startswith("cgroup")
+    assert out.endswith(b"rc=137\n" if enforced else b"rc=0\n")
+
+
+def _zombie_children() -> set[int]:
+    me, found = os.getpid(), set()
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat", "rb") as f:
+                    raw = f.read()
+            except OSError:
+                continue
+            fields = raw[raw.rfind(b")") + 2 :].split()
+            if fields[0] == b"Z" and int(fields[1]) == me:
+                found.add(int(name))
+    return found
+
+
+async def test_fallback_reaps_adopted_orphans(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Orphans re-parented to the broker (subreaper) do not pile up as zombies, including a
+    ``setsid`` one that exits on its own before any sweep sees it alive."""
+    monkeypatch.setattr(_process, "STALE_ZOMBIE_S", 0.2)
+    pm = make_manager("fallback")
+    before = _zombie_children()
+    try:
+        for command in ["(sleep 0.02 &); exit 0", "(setsid sleep 0.02 &); exit 0"]:
+            await run(pm, command)
+        await asyncio.sleep(0.3)
+        await run(pm, "true")  # the next command's end reaps what has aged
+    finally:
+        await pm.aclose()
+    assert pm.capabilities().subreaper
+    assert _zombie_children() - before == set()
