@@ -27,6 +27,16 @@ from ._errors import TooManyLinks as TooManyLinks
 from ._errors import Unauthenticated as Unauthenticated
 from ._errors import Unavailable as Unavailable
 from ._errors import error_from_code as error_from_code
+from ._policy import AuditPolicy as AuditPolicy
+from ._policy import EnvPolicy as EnvPolicy
+from ._policy import ExecPolicy as ExecPolicy
+from ._policy import Policy as Policy
+from ._policy import PolicyEnforcer as PolicyEnforcer
+from ._policy import PolicyError as PolicyError
+from ._policy import SandboxPolicy as SandboxPolicy
+from ._policy import build_command_env as build_command_env
+from ._policy import glob_matches as glob_matches
+from ._policy import load_policy as load_policy
 from ._protocols import Backend as Backend
 from ._protocols import BashOperations as BashOperations
 from ._protocols import EditOperations as EditOperations
@@ -51,11 +61,14 @@ __all__ = [
     "AbortSignal",
     "Aborted",
     "AlreadyExists",
+    "AuditPolicy",
     "Backend",
     "BashOperations",
     "DirEntry",
     "EditOperations",
+    "EnvPolicy",
     "EscapesRoot",
+    "ExecPolicy",
     "ExecResult",
     "FileKind",
     "FileStat",
@@ -73,9 +86,13 @@ __all__ = [
     "OpsError",
     "OutputLimit",
     "PermissionDenied",
+    "Policy",
     "PolicyDenied",
+    "PolicyEnforcer",
+    "PolicyError",
     "PowerShellOperations",
     "ReadOperations",
+    "SandboxPolicy",
     "SearchMatch",
     "Timeout",
     "TooLarge",
@@ -84,5 +101,8 @@ __all__ = [
     "Unavailable",
     "WriteOperations",
     "abort_scope",
+    "build_command_env",
     "error_from_code",
+    "glob_matches",
+    "load_policy",
 ]
