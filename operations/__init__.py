@@ -27,6 +27,8 @@ from ._errors import TooManyLinks as TooManyLinks
 from ._errors import Unauthenticated as Unauthenticated
 from ._errors import Unavailable as Unavailable
 from ._errors import error_from_code as error_from_code
+from ._guarded import AuditSink as AuditSink
+from ._guarded import GuardedBackend as GuardedBackend
 from ._policy import AuditPolicy as AuditPolicy
 from ._policy import EnvPolicy as EnvPolicy
 from ._policy import ExecPolicy as ExecPolicy
@@ -62,6 +64,7 @@ __all__ = [
     "Aborted",
     "AlreadyExists",
     "AuditPolicy",
+    "AuditSink",
     "Backend",
     "BashOperations",
     "DirEntry",
@@ -75,6 +78,7 @@ __all__ = [
     "FileSystemOperations",
     "FindOperations",
     "GrepOperations",
+    "GuardedBackend",
     "InvalidArgument",
     "IsADirectory",
     "KillReason",

@@ -237,6 +237,11 @@ class AuditPolicy(_Section):
     fsync: bool = Field(
         default=False, description="fsync after every line (durable across power loss; slower)."
     )
+    log_commands: bool = Field(
+        default=True,
+        description="Record command text; when false, only its SHA-256 (for commands that may "
+        "carry secrets on their command line).",
+    )
     rotate_bytes: Annotated[int, Field(ge=0)] = Field(
         default=0,
         description="Start a new file (chained to the last) past this size; 0 never rotates.",
