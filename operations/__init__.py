@@ -1,7 +1,9 @@
 """The Operations contract: interfaces, value types, errors, cancellation, and the memory backend.
 
 General layout: ``_protocols`` (the interfaces), ``_types`` (values that cross them), ``_errors``
-(one hierarchy, stable codes), ``_abort`` (cancellation). Nothing here does network I/O, and
+(one hierarchy, stable codes), ``_abort`` (cancellation); the shared rules every backend follows
+(``_glob``, ``_gitignore``, ``_walk``, ``_search``, ``_mime``); and the memory backend
+(``_memory`` over ``_vfs`` and ``_runner``). Nothing here does network I/O, and
 nothing here imports ``broker`` or ``agent_side``; both depend on this package.
 """
 
@@ -29,6 +31,14 @@ from ._errors import Unavailable as Unavailable
 from ._errors import error_from_code as error_from_code
 from ._guarded import AuditSink as AuditSink
 from ._guarded import GuardedBackend as GuardedBackend
+from ._memory import Dir as Dir
+from ._memory import Fifo as Fifo
+from ._memory import File as File
+from ._memory import InMemoryOperations as InMemoryOperations
+from ._memory import MemoryPowerShell as MemoryPowerShell
+from ._memory import OpRecord as OpRecord
+from ._memory import SeedValue as SeedValue
+from ._memory import Symlink as Symlink
 from ._policy import AuditPolicy as AuditPolicy
 from ._policy import EnvPolicy as EnvPolicy
 from ._policy import ExecPolicy as ExecPolicy
@@ -49,6 +59,8 @@ from ._protocols import LsOperations as LsOperations
 from ._protocols import PowerShellOperations as PowerShellOperations
 from ._protocols import ReadOperations as ReadOperations
 from ._protocols import WriteOperations as WriteOperations
+from ._runner import CommandContext as CommandContext
+from ._runner import CommandRunner as CommandRunner
 from ._types import DirEntry as DirEntry
 from ._types import ExecResult as ExecResult
 from ._types import FileKind as FileKind
@@ -67,26 +79,34 @@ __all__ = [
     "AuditSink",
     "Backend",
     "BashOperations",
+    "CommandContext",
+    "CommandRunner",
+    "Dir",
     "DirEntry",
     "EditOperations",
     "EnvPolicy",
     "EscapesRoot",
     "ExecPolicy",
     "ExecResult",
+    "Fifo",
+    "File",
     "FileKind",
     "FileStat",
     "FileSystemOperations",
     "FindOperations",
     "GrepOperations",
     "GuardedBackend",
+    "InMemoryOperations",
     "InvalidArgument",
     "IsADirectory",
     "KillReason",
     "LsOperations",
+    "MemoryPowerShell",
     "NotADirectory",
     "NotFound",
     "NotRegularFile",
     "OnData",
+    "OpRecord",
     "OpsError",
     "OutputLimit",
     "PermissionDenied",
@@ -98,6 +118,8 @@ __all__ = [
     "ReadOperations",
     "SandboxPolicy",
     "SearchMatch",
+    "SeedValue",
+    "Symlink",
     "Timeout",
     "TooLarge",
     "TooManyLinks",

@@ -154,9 +154,9 @@ class GuardedBackend:
             if rel is None:
                 continue  # outside the root: the inner backend refuses it (EscapesRoot)
             if write:
-                self.enforcer.check_write(op, rel)
+                self.enforcer.check_write(op, rel, shown=path)
             else:
-                self.enforcer.check_read(op, rel)
+                self.enforcer.check_read(op, rel, shown=path)
 
     @asynccontextmanager
     async def _audited(self, op: str, path: str | None, **fields: object) -> AsyncIterator[_Entry]:
@@ -354,7 +354,7 @@ class GuardedBackend:
         if src is None or dst is None:
             return
         try:
-            self.enforcer.check_read(op, src)
+            self.enforcer.check_read(op, src, shown=source)
         except PolicyDenied as denied:
             if not self.enforcer.read_denied(dst):
                 raise PolicyDenied(op, source, rule=denied.rule) from None
@@ -383,7 +383,7 @@ class GuardedBackend:
                 for candidate in (child, _moved(child, path, destination)):
                     rel = self.relative(candidate) if candidate is not None else None
                     if rel is not None:
-                        self.enforcer.check_write(op, rel)
+                        self.enforcer.check_write(op, rel, shown=candidate)
                 if destination is not None:
                     moved = _moved(child, path, destination)
                     if moved is not None:
@@ -422,7 +422,7 @@ class GuardedBackend:
             entry.set(resolved=resolved)
             enforced = 0.0
             for rel in dict.fromkeys(r for r in (written, resolved) if r is not None):
-                enforced = self.enforcer.check_exec(op, rel, shell, timeout)
+                enforced = self.enforcer.check_exec(op, rel, shell, timeout, shown=cwd)
             if written is None and resolved is None:
                 enforced = self.enforcer.check_exec(op, cwd, shell, timeout)
             entry.set(timeout=enforced)

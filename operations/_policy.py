@@ -9,11 +9,11 @@ real workspace) refuse exactly the same requests with the same :class:`~operatio
 the rule that matched, e.g. ``"deny_read: **/*.pem"``, so an auditor and a model both learn what
 to change.
 
-Path globs (``deny_read``, ``deny_write``) are matched against the ``/``-separated path relative
-to the workspace root: ``*`` and ``?`` stay within one segment, ``[abc]`` is a class, ``**`` as a
-whole segment matches any number of segments (zero included), a leading dot is matched like any
-other character. A path is covered when the glob matches it *or one of its parent directories*,
-so ``secrets`` covers ``secrets/a/b``.
+Path globs (``deny_read``, ``deny_write``) use the one glob dialect of the product
+(``operations._glob``: ``*``, ``?``, ``[abc]``, ``{a,b}``, ``**``; a pattern without ``/``
+matches a name at any depth, one with ``/`` the whole path from the root), matched against the
+``/``-separated path relative to the workspace root. A path is covered when the glob matches it
+*or one of its parent directories*, so ``secrets`` covers ``secrets/a/b``.
 
 **Timeouts:** a command with no timeout gets ``exec.default_timeout``; one that asks for more than
 ``exec.max_timeout`` is *refused* (``PolicyDenied``, rule ``exec.max_timeout``), never silently
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import fnmatch
 import functools
-import re
 import tomllib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -32,7 +31,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from ._errors import PolicyDenied
+from ._errors import InvalidArgument, PolicyDenied
+from ._glob import GlobMatcher, compile_glob
 
 __all__ = [
     "AuditPolicy",
@@ -125,7 +125,10 @@ def _check_globs(value: list[str]) -> list[str]:
             raise ValueError(
                 f"{pattern!r} is not a root-relative glob (use e.g. '**/*.pem' or 'secrets')"
             )
-        _compile_glob(pattern)
+        try:
+            _matcher(pattern)
+        except InvalidArgument as exc:
+            raise ValueError(exc.reason) from None
     return value
 
 
@@ -286,7 +289,7 @@ class Policy(_Section):
     _globs_write = field_validator("deny_write")(_check_globs)
 
     @classmethod
-    def from_mapping(cls, data: Mapping[str, object], *, source: str = "policy") -> Policy:
+    def from_mapping(cls, data: Mapping[str, object], *, source: str = "") -> Policy:
         """Validate ``data`` (a parsed TOML document).
 
         Raises:
@@ -299,7 +302,7 @@ class Policy(_Section):
 
 
 def _describe(exc: ValidationError, source: str) -> str:
-    lines = [f"invalid policy {source}:"]
+    lines = [f"invalid policy {source}:" if source else "invalid policy:"]
     for error in exc.errors():
         key = ".".join(str(part) for part in error["loc"]) or "(top level)"
         message = error["msg"].removeprefix("Value error, ")
@@ -331,48 +334,16 @@ def load_policy(path: str | Path | None) -> Policy:
 
 
 @functools.lru_cache(maxsize=1024)
-def _compile_glob(pattern: str) -> re.Pattern[str]:
-    parts = [part for part in pattern.split("/") if part]
-    regex = ""
-    for index, part in enumerate(parts):
-        last = index == len(parts) - 1
-        if part == "**":
-            regex += ".*" if last else "(?:[^/]*/)*"
-        else:
-            regex += _segment_regex(part) + ("" if last else "/")
-    return re.compile(regex + r"\Z", re.DOTALL)
-
-
-def _segment_regex(segment: str) -> str:
-    out = []
-    i = 0
-    while i < len(segment):
-        char = segment[i]
-        if char == "*":
-            out.append("[^/]*")
-        elif char == "?":
-            out.append("[^/]")
-        elif char == "[":
-            end = segment.find("]", i + 2 if segment[i + 1 : i + 2] in ("!", "]") else i + 1)
-            if end == -1:
-                out.append(re.escape(char))
-            else:
-                body = segment[i + 1 : end]
-                if body.startswith("!"):
-                    body = "^" + body[1:]
-                out.append("[" + body.replace("\\", "\\\\") + "]")
-                i = end
-        else:
-            out.append(re.escape(char))
-        i += 1
-    return "".join(out)
+def _matcher(pattern: str) -> GlobMatcher:
+    return compile_glob(pattern, op="policy")
 
 
 def glob_matches(pattern: str, path: str) -> bool:
-    """Whether the root-relative ``path`` or one of its parent directories matches ``pattern``."""
-    compiled = _compile_glob(pattern)
+    """Whether the root-relative ``path`` or one of its parent directories matches ``pattern``
+    (in the shared glob dialect of ``operations._glob``)."""
+    matcher = _matcher(pattern)
     parts = path.split("/")
-    return any(compiled.match("/".join(parts[:end])) for end in range(len(parts), 0, -1))
+    return any(matcher.match("/".join(parts[:end])) for end in range(len(parts), 0, -1))
 
 
 # -- enforcement ------------------------------------------------------------------------------
@@ -388,26 +359,32 @@ class PolicyEnforcer:
     def __init__(self, policy: Policy) -> None:
         self.policy = policy
 
-    def check_read(self, op: str, path: str) -> None:
-        """Raise ``PolicyDenied`` (rule ``deny_read: <glob>``) if ``path`` may not be read."""
+    def check_read(self, op: str, path: str, *, shown: str | None = None) -> None:
+        """Raise ``PolicyDenied`` (rule ``deny_read: <glob>``) if ``path`` may not be read.
+
+        ``shown`` is the path as the caller wrote it, for the error (default: ``path``).
+        """
         rule = self._match("deny_read", self.policy.deny_read, path)
         if rule is not None:
-            raise PolicyDenied(op, path, rule=rule)
+            raise PolicyDenied(op, path if shown is None else shown, rule=rule)
 
-    def check_write(self, op: str, path: str) -> None:
+    def check_write(self, op: str, path: str, *, shown: str | None = None) -> None:
         """Raise ``PolicyDenied`` (rule ``read_only`` or ``deny_write: <glob>``) if ``path`` may
         not be created, changed, removed or renamed."""
+        shown = path if shown is None else shown
         if self.policy.read_only:
-            raise PolicyDenied(op, path, rule="read_only")
+            raise PolicyDenied(op, shown, rule="read_only")
         rule = self._match("deny_write", self.policy.deny_write, path)
         if rule is not None:
-            raise PolicyDenied(op, path, rule=rule)
+            raise PolicyDenied(op, shown, rule=rule)
 
     def read_denied(self, path: str) -> bool:
         """Whether ``check_read`` would refuse ``path`` (for filtering search results)."""
         return self._match("deny_read", self.policy.deny_read, path) is not None
 
-    def check_exec(self, op: str, cwd: str, shell: str, timeout: float | None) -> float:
+    def check_exec(
+        self, op: str, cwd: str, shell: str, timeout: float | None, *, shown: str | None = None
+    ) -> float:
         """Check a command request and return the timeout to enforce, in seconds.
 
         Raises:
@@ -415,6 +392,8 @@ class PolicyEnforcer:
                 timeout is above ``exec.max_timeout`` or not positive, or ``cwd`` is denied.
         """
         spec = self.policy.exec
+        where = cwd
+        cwd = cwd if shown is None else shown
         if not spec.enabled:
             raise PolicyDenied(op, cwd, rule="exec.enabled: false")
         if shell not in spec.shells:
@@ -433,7 +412,7 @@ class PolicyEnforcer:
             raise PolicyDenied(
                 op, cwd, f"timeout must be positive, got {timeout:g}", rule="exec.timeout > 0"
             )
-        self.check_read(op, cwd)
+        self.check_read(op, where, shown=cwd)
         return timeout
 
     @staticmethod

@@ -21,10 +21,6 @@ from operations import (
 
 from ._fake import ROOT, FakeBackend, ListAudit
 
-# Marked here, not only by tests/conftest.py: that hook marks after collection, which loses
-# the parametrisation of async tests.
-pytestmark = pytest.mark.anyio
-
 FILES = {
     "src/main.py": b"print('hello')\nTOKEN = 'no'\n",
     "certs/server.pem": b"-----BEGIN TOKEN-----\n",

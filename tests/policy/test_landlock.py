@@ -33,8 +33,6 @@ from broker._landlock import (
 )
 from operations import Policy
 
-pytestmark = pytest.mark.anyio
-
 ABI = landlock_abi()
 SH = "/bin/sh"
 
@@ -149,7 +147,8 @@ ATTACKS = [
     ),
     Attack(
         "stop the broker",
-        'kill -STOP "$BROKER_PID"; st=$(cut -d" " -f3 /proc/$BROKER_PID/stat); '
+        'kill -STOP "$BROKER_PID"; for i in 1 2 3 4 5 6 7 8 9 10; do '
+        'st=$(cut -d" " -f3 /proc/$BROKER_PID/stat); [ "$st" = T ] && break; sleep 0.1; done; '
         'kill -CONT "$BROKER_PID"; echo "$st" > "$ROOT/state"',
         lambda s: (s.root / "state").read_text().strip() == "T",
     ),

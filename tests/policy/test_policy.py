@@ -72,6 +72,8 @@ def test_invalid_policy_names_every_key(tmp_path: Path) -> None:
     assert "sandbox.mode:" in text
     assert "sandbox.read: 'usr' must be an absolute path" in text
     assert len(lines) == 6
+    with pytest.raises(PolicyError, match="deny_write: error parsing glob '\\[abc'"):
+        Policy.from_mapping({"deny_write": ["[abc"]})
 
 
 def test_default_timeout_above_max_is_invalid() -> None:
@@ -94,13 +96,15 @@ def test_unreadable_and_non_toml_files(tmp_path: Path) -> None:
         ("**/*.pem", "a.pem", True),
         ("**/*.pem", "x/y/.hidden.pem", True),
         ("**/*.pem", "a.pem.txt", False),
-        ("*.pem", "x/a.pem", False),
+        ("*.pem", "x/a.pem", True),  # no "/": a name at any depth
+        ("/*.pem", "x/a.pem", False),  # a leading "/" anchors to the root
+        ("{.env,.envrc}", "app/.envrc", True),
         ("secrets", "secrets/a/b", True),
         ("secrets", "secretsx", False),
         ("a/**/b", "a/b", True),
         ("a/**/b", "a/x/y/b/c", True),
         ("a/**", "a/x", True),
-        ("a/**", "a", False),
+        ("a/**", "a", True),
         ("id_rsa*", "id_rsa.pub", True),
         ("?.txt", "ab.txt", False),
         ("[ab].txt", "b.txt", True),
