@@ -74,6 +74,8 @@ def layout(tmp_path: Path) -> Iterator[Layout]:
     (home / ".bashrc").write_text("# decoy\n")
     (home / "tokens").write_text("t0ken alice\n")
     (root / "inside.txt").write_text("inside\n")
+    (root / ".env").write_text("TOKEN=1\n")
+    (outside / "decoy").chmod(0o644)
     (root / "link").symlink_to(outside)
     # Stands in for the broker process, with a secret in its environment.
     broker = subprocess.Popen(["sleep", "60"], env={"PATH": "/usr/bin:/bin", "BROKER_SECRET": "x"})
@@ -159,6 +161,18 @@ ATTACKS = [
         "read the broker's token file",
         'cat "$HOME/tokens" > "$ROOT/tokens"',
         lambda s: (s.root / "tokens").read_text() == "t0ken alice\n",
+    ),
+    Attack(
+        "read a deny_read file inside the root",
+        'cat "$ROOT/.env" > "$ROOT/leak"',
+        lambda s: (s.root / "leak").read_text() == "TOKEN=1\n",
+        gap="deny_read binds file operations; Landlock cannot subtract a file from the root",
+    ),
+    Attack(
+        "chmod an outside file",
+        'chmod 600 "$OUT/decoy"',
+        lambda s: (s.outside / "decoy").stat().st_mode & 0o777 == 0o600,
+        gap="Landlock does not mediate metadata changes (chmod, chown, utime, xattr)",
     ),
     Attack(
         "kill the broker",
