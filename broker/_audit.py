@@ -21,6 +21,7 @@ chain ordered.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import hashlib
 import json
@@ -49,6 +50,9 @@ FORMAT_VERSION = 1
 
 TAIL_READ_BYTES = 1 << 20
 """How much of an existing file is read on open to find its last line (longer lines are refused)."""
+
+RESERVED = frozenset({"seq", "time", "type", "prev", "hash"})
+"""Members every line has, set by the log itself."""
 
 _HASH_SUFFIX_LEN = len(',"hash":"') + 64 + len('"}')
 
@@ -113,6 +117,7 @@ class AuditLog:
         self._clock = clock
         self._lock = threading.Lock()
         self._fd = -1
+        self._closed = False
         self._size = 0
         self._seq, self._prev = self._resume()
         self.healthy = True
@@ -163,8 +168,18 @@ class AuditLog:
         Raises:
             AuditUnavailable: the line could not be written (disk full, file closed...). The
                 chain is unchanged, so a later successful write still verifies.
+            ValueError: ``event`` uses a member the log sets itself (``seq``, ``time``, ...).
         """
+        clash = RESERVED.intersection(event)
+        if clash:
+            raise ValueError(f"audit event may not set {sorted(clash)}: the log sets them")
         with self._lock:
+            if self._fd < 0 and not self._closed:
+                try:
+                    self._open()  # a rotation that could not reopen the file: try again
+                except AuditError as exc:
+                    self.healthy = False
+                    raise AuditUnavailable(str(exc)) from None
             self._write({"type": "op", **event})
             if self._rotate_bytes and self._size >= self._rotate_bytes:
                 self._rotate()
@@ -179,6 +194,8 @@ class AuditLog:
                 raise OSError(9, "audit log is closed")
             written = os.write(self._fd, data)
             if written != len(data):
+                with contextlib.suppress(OSError):
+                    os.ftruncate(self._fd, self._size)  # never leave half a line behind
                 raise OSError(28, f"short write ({written} of {len(data)} bytes)")
             if self._fsync:
                 os.fsync(self._fd)
@@ -193,11 +210,15 @@ class AuditLog:
         self._size += len(data)
 
     def _rotate(self) -> None:
-        header_seq = self._first_seq()
+        target = self.path.with_name(f"{self.path.name}.{self._first_seq():010d}")
+        try:
+            os.rename(self.path, target)
+        except OSError:
+            return  # keep appending to this file; the next line tries again
         os.close(self._fd)
         self._fd = -1
-        os.rename(self.path, self.path.with_name(f"{self.path.name}.{header_seq:010d}"))
-        self._open()
+        with contextlib.suppress(AuditError):
+            self._open()  # on failure the next record retries, and fails closed if it must
 
     def _first_seq(self) -> int:
         with open(self.path, "rb") as file:
@@ -210,6 +231,7 @@ class AuditLog:
     def close(self) -> None:
         """Close the file. Later ``record`` calls raise :class:`AuditUnavailable`. Idempotent."""
         with self._lock:
+            self._closed = True
             if self._fd >= 0:
                 os.close(self._fd)
                 self._fd = -1

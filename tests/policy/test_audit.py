@@ -192,3 +192,44 @@ def test_file_mode_is_private(tmp_path: Path) -> None:
 def test_format_time_sorts_as_text() -> None:
     assert format_time(0) == "1970-01-01T00:00:00.000Z"
     assert format_time(1.5) < format_time(10) < format_time(100.999)
+
+
+def test_events_cannot_set_the_chain_members(tmp_path: Path) -> None:
+    log = AuditLog(tmp_path / "audit.log")
+    for key in ("seq", "prev", "hash", "time", "type"):
+        with pytest.raises(ValueError, match="the log sets them"):
+            log.record({"op": "stat", key: "forged"})
+    log.close()
+
+
+def test_a_failed_rotation_keeps_writing_to_the_same_chain(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import broker._audit as audit_module
+
+    def refuse(*args: object) -> None:
+        raise OSError(13, "Permission denied")
+
+    monkeypatch.setattr(audit_module.os, "rename", refuse)
+    path = tmp_path / "audit.log"
+    log = AuditLog(path, rotate_bytes=300)
+    for index in range(10):
+        log.record({"op": "stat", "path": str(index)})
+    log.close()
+    assert list(tmp_path.iterdir()) == [path]
+    assert verify_files([path]).ok
+
+
+async def test_guard_over_a_closed_log_fails_closed(tmp_path: Path) -> None:
+    from operations import GuardedBackend, InMemoryOperations, Policy, Unavailable
+
+    log = AuditLog(tmp_path / "audit.log")
+    core = InMemoryOperations({"a": b"1"})
+    guard = GuardedBackend(core, Policy(), audit=log)
+    assert await guard.read_file(f"{core.root}/a") == b"1"
+    log.close()
+    with pytest.raises(Unavailable, match="audit line could not be written"):
+        await guard.read_file(f"{core.root}/a")
+    with pytest.raises(Unavailable, match=r"audit\.fail_closed"):
+        await guard.read_file(f"{core.root}/a")
+    assert verify_files([tmp_path / "audit.log"]).ok
