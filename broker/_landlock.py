@@ -42,6 +42,8 @@ from operations import Policy
 from operations._policy import DEFAULT_SANDBOX_READ
 
 __all__ = [
+    "Rule",
+    "Ruleset",
     "Sandbox",
     "SandboxUnavailable",
     "landlock_abi",
@@ -193,8 +195,8 @@ def plan_rules(
 # -- applying it ------------------------------------------------------------------------------
 
 
-def _create_ruleset(abi: int, rules: Sequence[Rule]) -> int:
-    attr = _RulesetAttr(handled_access(abi), 0, scopes(abi))
+def _create_ruleset(abi: int, rules: Sequence[Rule], *, handle_fs: bool, scoped: int) -> int:
+    attr = _RulesetAttr(handled_access(abi) if handle_fs else 0, 0, scoped)
     size = ctypes.sizeof(attr)
     fd = _syscall(SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), 0)
     try:
@@ -223,35 +225,33 @@ def _create_ruleset(abi: int, rules: Sequence[Rule]) -> int:
     return fd
 
 
-class Sandbox:
-    """A prepared Landlock ruleset for commands, applied with :meth:`preexec` in the child.
+class Ruleset:
+    """A Landlock ruleset built in the broker and entered by a child with :meth:`preexec`.
 
-    The ruleset is built here, in the broker (opening the allowed directories); the child only
-    makes two system calls, ``prctl(PR_SET_NO_NEW_PRIVS)`` and ``landlock_restrict_self``, so
-    ``preexec`` is safe between fork and exec::
+    The broker does the work (opening the allowed paths, adding rules); the child only makes two
+    system calls, ``prctl(PR_SET_NO_NEW_PRIVS)`` and ``landlock_restrict_self``, so
+    :meth:`preexec` is safe between fork and exec. One object serves any number of children.
 
-        sandbox = Sandbox(root, tmpdir)
-        subprocess.run(argv, preexec_fn=sandbox.preexec, env={**env, **sandbox.env()})
-
-    The same object serves any number of commands; :meth:`close` releases the ruleset.
+    Args:
+        rules: what is allowed; with ``handle_fs`` every other filesystem access is denied.
+        handle_fs: restrict the filesystem (false: a ruleset that only scopes IPC).
+        scope: apply the IPC scopes of the ABI (signals, abstract UNIX sockets; ABI >= 6).
+        abi: the Landlock ABI to build for (default: the kernel's).
 
     Raises:
-        SandboxUnavailable: the kernel has no Landlock (fail closed: nothing runs unsandboxed
-            because of this object).
-        OSError: a ``write`` directory cannot be opened.
+        SandboxUnavailable: the kernel has no Landlock (fail closed: nothing this object would
+            have confined runs unconfined because of it).
     """
 
     def __init__(
         self,
-        root: str,
-        tmpdir: str,
+        rules: Sequence[Rule],
         *,
-        read: Iterable[str] = DEFAULT_SANDBOX_READ,
-        write: Iterable[str] = (),
+        handle_fs: bool = True,
+        scope: bool = True,
         abi: int | None = None,
     ) -> None:
         self._fd = -1
-        self._owned_tmp = False
         self.abi = landlock_abi() if abi is None else abi
         if self.abi < 1:
             raise SandboxUnavailable(
@@ -259,12 +259,9 @@ class Sandbox:
                 "boot list), so commands cannot be confined; set sandbox.mode = 'none' to run "
                 "them without it"
             )
-        self.root = root
-        self.tmpdir = tmpdir
-        for path in (root, tmpdir, *write):
-            os.stat(path)  # a missing writable directory is an error, never silently dropped
-        self.rules = plan_rules(self.abi, write=[root, tmpdir, *write], read=read)
-        self._fd = _create_ruleset(self.abi, self.rules)
+        self.rules = list(rules)
+        self.scoped = scopes(self.abi) if scope else 0
+        self._fd = _create_ruleset(self.abi, self.rules, handle_fs=handle_fs, scoped=self.scoped)
         self._pid = os.getpid()
         libc = _libc()
         self._prctl = libc.prctl
@@ -273,18 +270,14 @@ class Sandbox:
 
     @property
     def signal_scoping(self) -> bool:
-        """Whether sandboxed commands are kept from signalling anything outside the sandbox."""
-        return self.abi >= SIGNAL_SCOPING_ABI
-
-    def env(self) -> dict[str, str]:
-        """Variables pointing temporary files at the private temp directory."""
-        return {"TMPDIR": self.tmpdir, "TMP": self.tmpdir, "TEMP": self.tmpdir}
+        """Whether a process in this ruleset cannot signal anything outside it."""
+        return bool(self.scoped & SCOPE_SIGNAL)
 
     def preexec(self) -> None:
-        """Restrict the calling process (a forked child, before exec) to this sandbox.
+        """Restrict the calling process (a forked child, before exec) to this ruleset.
 
         Raises:
-            OSError: a system call failed; the child then never runs the command.
+            OSError: a system call failed; the child then never runs the program.
         """
         if self._fd < 0:
             raise OSError(errno.EBADF, "sandbox is closed")
@@ -299,12 +292,55 @@ class Sandbox:
             raise OSError(code, "landlock_restrict_self: " + os.strerror(code))
 
     def close(self) -> None:
-        """Release the ruleset (and the temp directory :meth:`for_policy` made). Idempotent."""
+        """Release the ruleset. Idempotent."""
         if self._fd >= 0 and os.getpid() == self._pid:
             os.close(self._fd)
-            if self._owned_tmp:
-                shutil.rmtree(self.tmpdir, ignore_errors=True)
         self._fd = -1
+
+    def __del__(self) -> None:
+        if getattr(self, "_fd", -1) >= 0:
+            self.close()
+
+
+class Sandbox(Ruleset):
+    """The command sandbox: write under ``root``, ``tmpdir`` and ``write``; read and execute
+    under ``read``; signals and abstract sockets scoped (ABI >= 6)::
+
+        sandbox = Sandbox(root, tmpdir)
+        subprocess.run(argv, preexec_fn=sandbox.preexec, env={**env, **sandbox.env()})
+
+    Raises:
+        SandboxUnavailable: the kernel has no Landlock.
+        OSError: ``root``, ``tmpdir`` or a ``write`` directory does not exist.
+    """
+
+    def __init__(
+        self,
+        root: str,
+        tmpdir: str,
+        *,
+        read: Iterable[str] = DEFAULT_SANDBOX_READ,
+        write: Iterable[str] = (),
+        abi: int | None = None,
+    ) -> None:
+        self._owned_tmp = False
+        self.root = root
+        self.tmpdir = tmpdir
+        writable = [root, tmpdir, *write]
+        for path in writable:
+            os.stat(path)  # a missing writable directory is an error, never silently dropped
+        abi = landlock_abi() if abi is None else abi
+        super().__init__(plan_rules(abi, write=writable, read=read), abi=abi)
+
+    def env(self) -> dict[str, str]:
+        """Variables pointing temporary files at the private temp directory."""
+        return {"TMPDIR": self.tmpdir, "TMP": self.tmpdir, "TEMP": self.tmpdir}
+
+    def close(self) -> None:
+        """Release the ruleset (and the temp directory :meth:`for_policy` made). Idempotent."""
+        if self._fd >= 0 and os.getpid() == self._pid and self._owned_tmp:
+            shutil.rmtree(self.tmpdir, ignore_errors=True)
+        super().close()
 
     @classmethod
     def for_policy(cls, policy: Policy, root: str) -> Sandbox | None:
@@ -325,10 +361,6 @@ class Sandbox:
             raise
         sandbox._owned_tmp = True
         return sandbox
-
-    def __del__(self) -> None:
-        if getattr(self, "_fd", -1) >= 0:
-            self.close()
 
 
 def sandbox_status(policy: Policy, abi: int | None = None) -> dict[str, object]:

@@ -9,6 +9,7 @@ sandboxed half asserts the fail-closed behaviour instead (no command runs).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import subprocess
 from collections.abc import Callable, Iterator
@@ -22,7 +23,10 @@ from broker._landlock import (
     ACCESS_FS_READ_FILE,
     ACCESS_FS_REFER,
     ACCESS_FS_WRITE_FILE,
+    READ,
     SCOPE_SIGNAL,
+    Rule,
+    Ruleset,
     Sandbox,
     SandboxUnavailable,
     handled_access,
@@ -32,6 +36,7 @@ from broker._landlock import (
     scopes,
 )
 from operations import Policy
+from operations._policy import DEFAULT_SANDBOX_READ
 
 ABI = landlock_abi()
 SH = "/bin/sh"
@@ -189,7 +194,7 @@ ATTACKS = [
 ]
 
 
-def run(layout: Layout, script: str, sandbox: Sandbox | None) -> subprocess.CompletedProcess[str]:
+def run(layout: Layout, script: str, sandbox: Ruleset | None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [SH, "-c", script],
         cwd=layout.root,
@@ -358,3 +363,33 @@ def test_rights_and_scopes_by_abi() -> None:
     assert handled_access(7) == handled_access(5)
     assert scopes(5) == 0
     assert scopes(6) & SCOPE_SIGNAL
+
+
+# -- the general ruleset (what _signal_scope and _rg each build by hand) ----------------------
+
+
+def test_a_signal_only_ruleset_leaves_files_alone(layout: Layout) -> None:
+    if ABI < _landlock.SIGNAL_SCOPING_ABI:
+        with pytest.raises(SandboxUnavailable) if ABI == 0 else contextlib.nullcontext():
+            Ruleset([], handle_fs=False)
+        return
+    ruleset = Ruleset([], handle_fs=False)
+    assert ruleset.signal_scoping
+    run(layout, 'echo x > "$OUT/new"; kill -KILL "$BROKER_PID"', ruleset)
+    ruleset.close()
+    assert (layout.outside / "new").exists()  # files: not restricted by this ruleset
+    assert _alive(layout.broker)  # signals: scoped
+
+
+def test_a_read_only_ruleset_for_helpers(layout: Layout) -> None:
+    """Like the confined ``rg``: read beneath one directory, write nowhere."""
+    if ABI == 0:
+        with pytest.raises(SandboxUnavailable):
+            Ruleset([Rule(str(layout.root), READ)])
+        return
+    ruleset = Ruleset(plan_rules(ABI, write=[], read=[*DEFAULT_SANDBOX_READ, str(layout.root)]))
+    result = run(layout, 'cat "$ROOT/inside.txt"; echo x > "$ROOT/new"', ruleset)
+    ruleset.close()
+    assert result.stdout == "inside\n"
+    assert not (layout.root / "new").exists()
+    assert "Permission denied" in result.stderr
