@@ -54,6 +54,8 @@ TAIL_READ_BYTES = 1 << 20
 RESERVED = frozenset({"seq", "time", "type", "prev", "hash"})
 """Members every line has, set by the log itself."""
 
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str)
+
 _HASH_SUFFIX_LEN = len(',"hash":"') + 64 + len('"}')
 
 
@@ -187,7 +189,7 @@ class AuditLog:
     def _write(self, event: Mapping[str, object]) -> None:
         seq = self._seq + 1
         body = {"seq": seq, "time": format_time(self._clock()), **event, "prev": self._prev}
-        line = _seal(json.dumps(body, ensure_ascii=False, separators=(",", ":"), default=str))
+        line = _seal(_ENCODER.encode(body))
         data = (line + "\n").encode()
         try:
             if self._fd < 0:

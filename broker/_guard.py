@@ -10,6 +10,9 @@ call, so gRPC, SSH and in-process callers meet exactly the same rules.
 from __future__ import annotations
 
 import os
+import posixpath
+import stat
+from collections.abc import Callable
 from pathlib import Path
 
 from operations import Backend, GuardedBackend, Policy
@@ -17,7 +20,42 @@ from operations import Backend, GuardedBackend, Policy
 from ._audit import AuditLog
 from ._landlock import Sandbox, sandbox_status
 
-__all__ = ["Enforcement"]
+__all__ = ["Enforcement", "resolver_beneath"]
+
+
+def resolver_beneath(root: str) -> Callable[[str], str]:
+    """``os.path.realpath`` for paths under ``root``, faster: it starts from the root's real
+    path and calls ``lstat`` only on the components below it, falling back to ``realpath`` at the first
+    symlink. The result names what a symlink points at, for matching deny globs; the core still
+    does the confined open."""
+    real_root = os.path.realpath(root)
+    spellings = {posixpath.normpath(root), real_root}
+
+    def resolve(path: str) -> str:
+        if ".." in path.split("/"):
+            return os.path.realpath(path)  # ".." after a symlink climbs from its target
+        full = posixpath.normpath(path)
+        if real_root == "/" or full in spellings:
+            return os.path.realpath(full)
+        for spelling in spellings:
+            if full.startswith(spelling + "/"):
+                parts = full[len(spelling) + 1 :].split("/")
+                break
+        else:
+            return os.path.realpath(full)
+        current = real_root
+        for index, part in enumerate(parts):
+            candidate = f"{current}/{part}"
+            try:
+                info = os.lstat(candidate)
+            except OSError:
+                return "/".join([candidate, *parts[index + 1 :]])  # missing: nothing to follow
+            if stat.S_ISLNK(info.st_mode):
+                return os.path.realpath("/".join([candidate, *parts[index + 1 :]]))
+            current = candidate
+        return current
+
+    return resolve
 
 
 class Enforcement:
@@ -92,7 +130,7 @@ class Enforcement:
             principal=principal,
             transport=transport,
             peer=peer,
-            resolve=os.path.realpath,
+            resolve=resolver_beneath(core.root),
             close_inner=False,
         )
 

@@ -111,6 +111,7 @@ class GuardedBackend:
             "peer": peer,
         }
         self._resolve = resolve
+        self._real_root: str | None = None
         self._parent_env = parent_env
         self._close_inner = close_inner
         self._powershell = _GuardedPowerShell(self)
@@ -140,7 +141,9 @@ class GuardedBackend:
         if self._resolve is None:
             return written, written
         root = posixpath.normpath(self.inner.root)
-        real_root = self._resolve(root)
+        if self._real_root is None:
+            self._real_root = self._resolve(root)
+        real_root = self._real_root
         full = self._resolve(posixpath.join(root, path))
         if full == real_root:
             return written, ""

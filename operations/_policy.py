@@ -24,15 +24,16 @@ from __future__ import annotations
 
 import fnmatch
 import functools
+import re
 import tomllib
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ._errors import InvalidArgument, PolicyDenied
-from ._glob import GlobMatcher, compile_glob
+from ._glob import GlobMatcher, compile_glob, translate_glob
 
 __all__ = [
     "AuditPolicy",
@@ -346,6 +347,37 @@ def glob_matches(pattern: str, path: str) -> bool:
     return any(matcher.match("/".join(parts[:end])) for end in range(len(parts), 0, -1))
 
 
+class _DenyList:
+    """The globs of one ``deny_*`` key, compiled into two regexes (names at any depth; paths
+    from the root) that find in one pass whether a path or a parent of it is covered. Only on a
+    hit are the globs tried one by one, to name the rule."""
+
+    def __init__(self, name: str, patterns: Sequence[str]) -> None:
+        self.name = name
+        self.patterns = list(patterns)
+        names = [translate_glob(p, op="policy") for p in patterns if "/" not in p]
+        paths = [translate_glob(p.lstrip("/") or "**", op="policy") for p in patterns if "/" in p]
+        self._names = (
+            re.compile(rf"(?:^|(?<=/))(?:{'|'.join(names)})(?=/|\Z)", re.DOTALL) if names else None
+        )
+        self._paths = re.compile(rf"(?:{'|'.join(paths)})(?=/|\Z)", re.DOTALL) if paths else None
+
+    def match(self, path: str) -> str | None:
+        """``"<key>: <glob>"`` for the first glob covering ``path``, or ``None``."""
+        path = "" if path == "." else path
+        if not path:
+            return None
+        hit = (self._names is not None and self._names.search(path) is not None) or (
+            self._paths is not None and self._paths.match(path) is not None
+        )
+        if not hit:
+            return None
+        for pattern in self.patterns:
+            if glob_matches(pattern, path):
+                return f"{self.name}: {pattern}"
+        return None
+
+
 # -- enforcement ------------------------------------------------------------------------------
 
 
@@ -358,13 +390,15 @@ class PolicyEnforcer:
 
     def __init__(self, policy: Policy) -> None:
         self.policy = policy
+        self._deny_read = _DenyList("deny_read", policy.deny_read)
+        self._deny_write = _DenyList("deny_write", policy.deny_write)
 
     def check_read(self, op: str, path: str, *, shown: str | None = None) -> None:
         """Raise ``PolicyDenied`` (rule ``deny_read: <glob>``) if ``path`` may not be read.
 
         ``shown`` is the path as the caller wrote it, for the error (default: ``path``).
         """
-        rule = self._match("deny_read", self.policy.deny_read, path)
+        rule = self._deny_read.match(path)
         if rule is not None:
             raise PolicyDenied(op, path if shown is None else shown, rule=rule)
 
@@ -374,13 +408,13 @@ class PolicyEnforcer:
         shown = path if shown is None else shown
         if self.policy.read_only:
             raise PolicyDenied(op, shown, rule="read_only")
-        rule = self._match("deny_write", self.policy.deny_write, path)
+        rule = self._deny_write.match(path)
         if rule is not None:
             raise PolicyDenied(op, shown, rule=rule)
 
     def read_denied(self, path: str) -> bool:
         """Whether ``check_read`` would refuse ``path`` (for filtering search results)."""
-        return self._match("deny_read", self.policy.deny_read, path) is not None
+        return self._deny_read.match(path) is not None
 
     def check_exec(
         self, op: str, cwd: str, shell: str, timeout: float | None, *, shown: str | None = None
@@ -414,16 +448,6 @@ class PolicyEnforcer:
             )
         self.check_read(op, where, shown=cwd)
         return timeout
-
-    @staticmethod
-    def _match(name: str, patterns: Iterable[str], path: str) -> str | None:
-        path = "" if path == "." else path
-        if not path:
-            return None
-        for pattern in patterns:
-            if glob_matches(pattern, path):
-                return f"{name}: {pattern}"
-        return None
 
 
 def build_command_env(

@@ -9,7 +9,7 @@ import pytest
 
 from broker import _landlock
 from broker._audit import AuditError, read_records, verify_files
-from broker._guard import Enforcement
+from broker._guard import Enforcement, resolver_beneath
 from broker._landlock import SandboxUnavailable, landlock_abi
 from operations import InMemoryOperations, Policy, PolicyDenied
 
@@ -71,3 +71,50 @@ def test_capabilities_report_the_sandbox(tmp_path: Path) -> None:
         assert (enforcement.sandbox is not None) is (landlock_abi() >= 1)
     finally:
         enforcement.close()
+
+
+def test_resolver_beneath_agrees_with_realpath(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    (root / "src" / "pkg").mkdir(parents=True)
+    (root / "src" / "pkg" / "a.py").write_text("")
+    (root / ".env").write_text("")
+    os.symlink("pkg/a.py", root / "src" / "rel-link")
+    os.symlink(str(root / ".env"), root / "src" / "abs-link")
+    os.symlink("../..", root / "src" / "up")
+    os.symlink("loop", root / "loop")
+    (root / "a" / "sub").mkdir(parents=True)
+    (root / "a" / "secret").write_text("")
+    os.symlink("a/sub", root / "l")
+    alias = tmp_path / "alias"
+    os.symlink(root, alias)
+    resolve = resolver_beneath(str(alias))
+    for base in (root, alias):
+        for rel in (
+            "",
+            "src/pkg/a.py",
+            "src/rel-link",
+            "src/abs-link",
+            "src/up/root/.env",
+            "missing/x",
+            "src/pkg/../pkg/a.py",
+            "loop",
+            "src/pkg/a.py/x",
+            "l/../secret",  # physically a/secret, lexically secret
+        ):
+            path = str(base / rel) if rel else str(base)
+            assert resolve(path) == os.path.realpath(path), path
+    assert resolve("/elsewhere/x") == "/elsewhere/x"
+
+
+async def test_dotdot_after_a_symlink_is_checked_where_it_lands(tmp_path: Path) -> None:
+    from broker import Broker
+
+    (tmp_path / "a" / "sub").mkdir(parents=True)
+    (tmp_path / "a" / "secret").write_text("s")
+    os.symlink("a/sub", tmp_path / "l")
+    enforcement = Enforcement.start(Policy(deny_read=["a/secret"]), str(tmp_path))
+    async with Broker(str(tmp_path)) as core:
+        guard = enforcement.wrap(core, principal="p", transport="t")
+        with pytest.raises(PolicyDenied) as info:
+            await guard.read_file(f"{core.root}/l/../secret")
+        assert info.value.rule == "deny_read: a/secret"
