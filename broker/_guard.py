@@ -9,6 +9,7 @@ call, so gRPC, SSH and in-process callers meet exactly the same rules.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import posixpath
 import stat
@@ -17,7 +18,7 @@ from pathlib import Path
 
 from operations import Backend, GuardedBackend, Policy
 
-from ._audit import AuditLog
+from ._audit import AuditError, AuditLog
 from ._landlock import Sandbox, sandbox_status
 
 __all__ = ["Enforcement", "resolver_beneath"]
@@ -133,6 +134,37 @@ class Enforcement:
             resolve=resolver_beneath(core.root),
             close_inner=False,
         )
+
+    def record_refusal(
+        self,
+        op: str,
+        reason: str,
+        *,
+        principal: str | None,
+        transport: str,
+        peer: str | None = None,
+        code: str = "unauthenticated",
+    ) -> None:
+        """Audit a refusal made before any backend call (e.g. a front-end rejecting
+        credentials), so the log holds every refusal. Never pass the credential itself.
+
+        A write failure is ignored here: the caller is refusing anyway.
+        """
+        if self.audit is None:
+            return
+        event = {
+            "op": op,
+            "principal": principal,
+            "transport": transport,
+            "peer": peer,
+            "path": None,
+            "resolved": None,
+            "decision": "deny",
+            "reason": reason,
+            "code": code,
+        }
+        with contextlib.suppress(AuditError):
+            self.audit.record(event)
 
     def close(self) -> None:
         """Close the audit log and release the sandbox. Idempotent."""

@@ -118,3 +118,15 @@ async def test_dotdot_after_a_symlink_is_checked_where_it_lands(tmp_path: Path) 
         with pytest.raises(PolicyDenied) as info:
             await guard.read_file(f"{core.root}/l/../secret")
         assert info.value.rule == "deny_read: a/secret"
+
+
+def test_front_end_refusals_are_audited(tmp_path: Path) -> None:
+    enforcement = Enforcement.start(Policy(), str(tmp_path), audit_log=tmp_path / "audit.log")
+    enforcement.record_refusal(
+        "authenticate", "unknown token", principal=None, transport="grpc", peer="127.0.0.1:5"
+    )
+    enforcement.close()
+    enforcement.record_refusal("authenticate", "after close", principal=None, transport="grpc")
+    (record,) = read_records([tmp_path / "audit.log"])
+    assert record["decision"] == "deny" and record["code"] == "unauthenticated"
+    assert record["peer"] == "127.0.0.1:5"
