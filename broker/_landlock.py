@@ -10,7 +10,8 @@ What a sandboxed command may do:
 - read, write, create, remove, rename and execute under the workspace root, the private temp dir
   and any ``sandbox.write`` directory;
 - read and execute under the system directories of ``sandbox.read`` (``/usr``, ``/etc``, ...);
-- read ``/dev`` and write ``/dev/null``;
+- read ``/dev/zero``, ``/dev/urandom`` and the like, and write ``/dev/null`` (no other device:
+  not a disk, not ``/dev/shm``);
 - nothing else on the filesystem: not ``$HOME``, not ``/tmp``, not a symlink or a hard link that
   *is created* from inside the root towards the outside;
 - with ABI >= 6 (Linux 6.12), not signal any process outside its own sandbox (the broker, other
@@ -99,6 +100,10 @@ FILE_RIGHTS = (
 WRITABLE_DEVICES = ("/dev/null",)
 """Devices a command may open for writing (``cmd > /dev/null``)."""
 
+READABLE_DEVICES = ("/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
+"""Devices a command may read. Not the rest of ``/dev``: a broker running as root would otherwise
+let a command read a whole disk (``/dev/sda``) past every other rule."""
+
 
 def handled_access(abi: int) -> int:
     """Every filesystem right the kernel of Landlock ``abi`` knows (all of them are restricted)."""
@@ -183,12 +188,14 @@ def plan_rules(
     read: Iterable[str] = DEFAULT_SANDBOX_READ,
 ) -> list[Rule]:
     """The rules for a command: every handled right under each ``write`` directory, read and
-    execute under each ``read`` one, and read/write of :data:`WRITABLE_DEVICES`."""
+    execute under each ``read`` one, read/write of :data:`WRITABLE_DEVICES` and read of
+    :data:`READABLE_DEVICES`."""
     everything = handled_access(abi)
     rules = [Rule(path, everything) for path in write]
     rules += [Rule(path, READ & everything) for path in read]
     device = (ACCESS_FS_READ_FILE | ACCESS_FS_WRITE_FILE | ACCESS_FS_TRUNCATE) & everything
     rules += [Rule(path, device) for path in WRITABLE_DEVICES]
+    rules += [Rule(path, ACCESS_FS_READ_FILE) for path in READABLE_DEVICES]
     return rules
 
 

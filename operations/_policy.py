@@ -105,11 +105,12 @@ DEFAULT_SANDBOX_READ = (
     "/etc",
     "/opt",
     "/proc",
-    "/dev",
     "/sys/devices/system/cpu",
     "/nix/store",
 )
-"""System directories a sandboxed command may read and execute from (missing ones are skipped)."""
+"""System directories a sandboxed command may read and execute from (missing ones are skipped).
+Not ``/dev``: only the harmless devices are opened to commands (see ``broker._landlock``), never
+a disk."""
 
 
 class PolicyError(ValueError):

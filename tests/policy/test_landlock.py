@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import os
 import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -257,7 +258,7 @@ def test_sandboxed_command_still_works_inside(layout: Layout) -> None:
     script = (
         'set -e; echo a > "$ROOT/a"; mkdir -p "$ROOT/d/e"; cp "$ROOT/a" "$ROOT/d/e/b"; '
         'rm "$ROOT/a"; echo t > "$TMPDIR/t"; cat "$TMPDIR/t"; ls /usr/bin > /dev/null; '
-        "echo done"
+        'head -c 4 /dev/urandom > "$ROOT/r"; echo done > /dev/stdout'
     )
     if ABI >= 2:
         script += '; mv "$ROOT/d/e/b" "$ROOT/moved"'  # rename across directories needs REFER
@@ -266,6 +267,22 @@ def test_sandboxed_command_still_works_inside(layout: Layout) -> None:
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["t", "done"]
     assert (layout.root / "d" / "e").is_dir()
+    assert len((layout.root / "r").read_bytes()) == 4
+
+
+def test_no_block_device_is_readable_in_the_sandbox(layout: Layout) -> None:
+    """Only named devices are open to commands; a disk never is (this matters as root)."""
+    if ABI == 0:
+        with pytest.raises(SandboxUnavailable):
+            Sandbox(str(layout.root), str(layout.tmp))
+        return
+    disks = [f"/dev/{name}" for name in sorted(os.listdir("/sys/class/block"))]
+    disks = [disk for disk in disks if os.path.exists(disk)][:5] or ["/dev/sda"]
+    sandbox = Sandbox(str(layout.root), str(layout.tmp))
+    script = "; ".join(f'head -c 1 {disk} > /dev/null && echo "read {disk}"' for disk in disks)
+    result = run(layout, script, sandbox)
+    sandbox.close()
+    assert "read " not in result.stdout, result.stdout
 
 
 async def test_asyncio_subprocess_accepts_the_hook(layout: Layout) -> None:
@@ -352,6 +369,8 @@ def test_plan_gives_write_rights_only_to_writable_trees() -> None:
     assert rules["/etc"] & ACCESS_FS_WRITE_FILE == 0
     assert rules["/usr"] & ACCESS_FS_READ_FILE
     assert rules["/dev/null"] & ACCESS_FS_WRITE_FILE
+    assert rules["/dev/urandom"] == ACCESS_FS_READ_FILE
+    assert "/dev" not in rules  # never a whole disk
     assert "/" not in rules and "/tmp" not in rules and "/home" not in rules
 
 
