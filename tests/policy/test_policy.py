@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from operations import (
     Policy,
@@ -15,6 +17,7 @@ from operations import (
     glob_matches,
     load_policy,
 )
+from operations._policy import _DenyList
 
 
 def test_defaults_are_safe() -> None:
@@ -161,3 +164,35 @@ def test_command_env_leaks_nothing_but_the_allowlist() -> None:
     env = build_command_env(policy, parent, {"FOO": "bar"})
     assert env == {"PATH": "/usr/bin", "LC_ALL": "C", "CI": "1", "FOO": "bar"}
     assert build_command_env(Policy(), {"GITHUB_TOKEN": "t", "HOME": "/h"}) == {"HOME": "/h"}
+
+
+SEGMENTS = ["a", "b", ".env", "x.pem", ".git", "hooks", "id_rsa.pub", "src", "c.py", ".ssh"]
+PATTERNS = [
+    "**/.env",
+    "*.pem",
+    "/a/*.py",
+    "**/.git/hooks",
+    "id_rsa*",
+    "a/**",
+    "src/**/c.py",
+    "{b,.ssh}",
+    "[ab]/x.pem",
+    "**",
+    "a/b",
+    "?.py",
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    patterns=st.lists(st.sampled_from(PATTERNS), min_size=1, max_size=4, unique=True),
+    parts=st.lists(st.sampled_from(SEGMENTS), min_size=1, max_size=5),
+)
+def test_the_one_pass_deny_list_agrees_with_each_glob(
+    patterns: list[str], parts: list[str]
+) -> None:
+    """The combined regex is only a fast path: it must never miss what a single glob matches."""
+    path = "/".join(parts)
+    expected = next((p for p in patterns if glob_matches(p, path)), None)
+    got = _DenyList("deny_read", patterns).match(path)
+    assert got == (None if expected is None else f"deny_read: {expected}")
