@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import fcntl
 import hashlib
 import json
 import os
@@ -121,10 +122,10 @@ class AuditLog:
         self._fd = -1
         self._closed = False
         self._size = 0
-        self._seq, self._prev = self._resume()
+        self._seq, self._prev = -1, GENESIS
         self.healthy = True
         """False after a failed write, until a later write succeeds."""
-        self._open()
+        self._open(resume=True)
 
     @property
     def last_hash(self) -> str:
@@ -153,15 +154,29 @@ class AuditLog:
             )
         return _int(record["seq"]), sealed[1] if sealed else GENESIS
 
-    def _open(self) -> None:
+    def _open(self, *, resume: bool = False) -> None:
+        """Open (creating it) and lock the file; continue its chain or start it with a header."""
         try:
-            self._fd = os.open(
-                self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600
-            )
-            self._size = os.fstat(self._fd).st_size
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except OSError as exc:
             raise AuditError(f"cannot open audit log {str(self.path)!r}: {exc.strerror}") from None
-        if self._size == 0:
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise AuditError(
+                    f"audit log {str(self.path)!r} is in use by another process; give each "
+                    "broker its own file (two writers would break the chain)"
+                ) from None
+            size = os.fstat(fd).st_size
+            if resume:
+                self._seq, self._prev = self._resume()
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+        self._size = size
+        if size == 0:
             self._write({"type": "header", "version": FORMAT_VERSION})
 
     def record(self, event: Mapping[str, object]) -> None:

@@ -233,3 +233,13 @@ async def test_guard_over_a_closed_log_fails_closed(tmp_path: Path) -> None:
     with pytest.raises(Unavailable, match=r"audit\.fail_closed"):
         await guard.read_file(f"{core.root}/a")
     assert verify_files([tmp_path / "audit.log"]).ok
+
+
+def test_one_writer_per_file(tmp_path: Path) -> None:
+    path = tmp_path / "audit.log"
+    log = AuditLog(path)
+    with pytest.raises(AuditError, match="in use by another process"):
+        AuditLog(path)
+    log.close()
+    AuditLog(path).close()  # free again once closed
+    assert verify_files([path]).ok
