@@ -201,17 +201,21 @@ class VirtualTree:
     def relative(self, op: str, path: str) -> str:
         """The part of ``path`` below the root, verbatim (dots kept); raise if it is not below.
 
-        An absolute path must start with the root, component by component; a relative path is
-        taken relative to the root (as the broker core does).
+        Paths are absolute and must start with the root, component by component, as on the
+        broker core; anything else (relative, empty, NUL, not UTF-8, too long) is refused.
         """
         if not isinstance(path, str) or path == "":
             raise InvalidArgument(op, path if isinstance(path, str) else None, "empty path")
         if "\0" in path:
             raise InvalidArgument(op, path, "path contains a NUL byte")
-        if len(path.encode("utf-8", "surrogateescape")) > PATH_MAX:
+        try:
+            size = len(path.encode("utf-8"))
+        except UnicodeEncodeError:
+            raise InvalidArgument(op, path, "path is not valid UTF-8") from None
+        if size > PATH_MAX:
             raise InvalidArgument(op, path, f"path longer than {PATH_MAX} bytes")
         if not path.startswith("/"):
-            return path
+            raise InvalidArgument(op, path, f"expected an absolute path under {self.root}")
         parts = path.split("/")
         index = 0
         for root_part in self.root_parts:

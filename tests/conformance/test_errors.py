@@ -35,14 +35,16 @@ async def test_malformed_paths(ws: Workspace, rel: str) -> None:
     assert ws.read_raw("f") == b"f"
 
 
-async def test_relative_path_is_taken_from_the_root(ws: Workspace) -> None:
+async def test_relative_path_is_refused(ws: Workspace) -> None:
+    """Paths are absolute in the backend's namespace; a relative one is a caller bug."""
     ws.make(["d/f"])
-    assert await ws.ops.read_file("d/f") == b"f"
-    await ws.ops.write_file("d/g", b"g")
-    assert ws.read_raw("d/g") == b"g"
     digest = ws.outside_digest()
-    with pytest.raises(EscapesRoot):
-        await ws.ops.read_file("../OUTSIDE/secret")
+    for path in ("d/f", "../OUTSIDE/secret"):
+        with pytest.raises(InvalidArgument, match="absolute path"):
+            await ws.ops.read_file(path)
+        with pytest.raises(InvalidArgument, match="absolute path"):
+            await ws.ops.write_file(path, b"x")
+    assert ws.read_raw("d/f") == b"f"
     assert ws.outside_digest() == digest
 
 
