@@ -422,11 +422,11 @@ class Root:
     def _is_dir_beneath(self, op: str, path: str, parts: list[bytes]) -> bool:
         """Whether ``parts`` resolves, links followed beneath the root, to a directory.
 
-        A link that leads outside the root raises :class:`~operations.EscapesRoot` (as the
-        memory backend does), rather than reading as "exists, not a directory"."""
+        Anything else (a dangling link, a loop, a link out of the root) is ``False``: mkdir
+        then reports the existing name as AlreadyExists, as mkdir(2) does, wherever it points."""
         try:
             self._at(op, path, [*parts, b"."], _stat_dir)
-        except (NotFound, NotADirectory, FileNotFoundError, NotADirectoryError):
+        except (OSError, OpsError):
             return False
         return True
 
