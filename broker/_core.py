@@ -20,6 +20,7 @@ from typing import Any, Self
 from operations import (
     AbortSignal,
     DirEntry,
+    EscapesRoot,
     ExecResult,
     FileKind,
     FileStat,
@@ -199,10 +200,10 @@ class Broker:
     async def exists(self, path: str) -> bool:
         try:
             self._root.stat("exists", path)
-        except (InvalidArgument, Unavailable):
+        except (InvalidArgument, Unavailable, EscapesRoot):
             raise
         except OpsError:
-            return False  # missing, dangling, a loop, or leading outside: nothing usable there
+            return False  # missing, dangling, a loop, not a directory: nothing usable there
         return True
 
     async def stat(self, path: str) -> FileStat:
