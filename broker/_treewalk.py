@@ -23,7 +23,8 @@ from operations import FileKind, OpsError, SearchMatch
 from operations._search import BINARY_SNIFF_BYTES, LineMatcher, search_tree
 
 from . import _openat2
-from ._resolver import Root, errno_error, list_fd
+from ._dirfd import errno_error, list_fd
+from ._resolver import Root
 
 __all__ = ["MAX_SEARCH_FILE_BYTES", "TreeAccess", "iterate_in_thread", "search"]
 

@@ -65,7 +65,7 @@ CONSISTENCY = [
 
 def _os_outcome(op: str, full: str) -> object:
     """What plain ``os`` does for ``op`` on ``full``: a result, or the Operations error type."""
-    from broker._resolver import errno_error
+    from broker._dirfd import errno_error
 
     try:
         if op == "read":
