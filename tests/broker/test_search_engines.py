@@ -7,10 +7,12 @@ that the broker does not pick rg, and say so.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 from pathlib import Path
 
+import anyio
 import pytest
 
 from broker import Broker
@@ -121,3 +123,36 @@ async def test_engine_choice(tmp_path: Path) -> None:
         assert broker.capabilities()["search"] == ("rg" if usable() else "python")
     async with Broker(str(tmp_path), search_engine="python") as broker:
         assert broker.capabilities()["search"] == "python"
+
+
+def _open_fds() -> dict[str, str]:
+    found = {}
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # the listing's own fd, closed already
+            found[fd] = os.readlink(f"/proc/self/fd/{fd}")
+    return found
+
+
+@pytest.mark.parametrize("engine", ["rg", "python"])
+async def test_cancelled_walks_leave_no_fd_behind(tmp_path: Path, engine: str) -> None:
+    """Cancelling glob or search mid-walk stops it, closes every fd, and the broker goes on."""
+    root = tmp_path / "ROOT"
+    for i in range(300):
+        (root / f"d{i % 30}").mkdir(parents=True, exist_ok=True)
+        (root / f"d{i % 30}" / f"f{i}.txt").write_text("needle\n" * 20)
+    async with Broker(str(root), search_engine=engine) as broker:
+        await broker.glob("**", str(root))
+        before = _open_fds()
+        for delay in (0.0, 0.001, 0.005, 0.02):
+            with anyio.move_on_after(delay):
+                await broker.glob("**/*.txt", str(root))
+            with anyio.move_on_after(delay):
+                async for _ in broker.search("needle", str(root), limit=100_000):
+                    pass
+        for _ in range(250):  # threads finish their current step, then release the fds
+            if _open_fds().items() <= before.items():
+                break
+            await anyio.sleep(0.02)
+        new = {fd: what for fd, what in _open_fds().items() if before.get(fd) != what}
+        assert not new, f"left open: {new}"
+        assert len(await broker.glob("*.txt", str(root))) == 300
