@@ -45,3 +45,13 @@ def connect(url: str, **options: Any) -> Backend:
             "connect", url, f"unknown backend scheme {scheme!r}; use one of {known}"
         )
     return loader()(parts, options)
+
+
+def _grpc() -> Factory:
+    from ._remote.grpc import open_from_url
+
+    return open_from_url
+
+
+for _scheme in ("grpc", "grpcs", "grpc+unix"):
+    register_scheme(_scheme, _grpc)
