@@ -22,7 +22,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextvars import ContextVar
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, TypeAlias, TypeVar
 
 import grpc
 import grpc.aio
@@ -534,7 +534,7 @@ class Authenticator:
 
 
 _Behaviour = Callable[..., Any]
-_Handler = grpc.RpcMethodHandler[Any, Any]
+_Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
 
 
 class AuthInterceptor(grpc.aio.ServerInterceptor):
