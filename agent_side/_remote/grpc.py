@@ -219,7 +219,11 @@ class GrpcBackend:
             await channel.close()
 
     async def __aenter__(self) -> Self:
-        return await self.open()
+        try:
+            return await self.open()
+        except BaseException:
+            await self.aclose()
+            raise
 
     async def __aexit__(
         self,
