@@ -8,6 +8,13 @@ import the core, never the reverse; ``_serve`` runs front-ends over a backend; `
 command line.
 """
 
+import os as _os
+
+# The broker forks commands from a process where gRPC threads run; gRPC's own fork handlers then
+# crash the child now and then. Turn them off before anything imports grpc (an explicit setting
+# in the environment wins).
+_os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
 from ._core import Broker as Broker
 from ._resolver import Root as Root
 from ._serve import BrokerConfig as BrokerConfig

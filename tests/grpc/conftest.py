@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import pytest
 
+import broker  # noqa: F401  (first: it configures gRPC's fork handling before grpc is imported)
+
 
 @pytest.fixture(scope="session")
 def anyio_backend() -> str:
