@@ -4,9 +4,8 @@ The tree is a whole namespace (``/`` down), so a harness can put a decoy beside 
 (``/outside``) and prove nothing reaches it. Only paths under :attr:`VirtualTree.root` are
 reachable through :meth:`VirtualTree.resolve`, with the rules of DESIGN.md section 4:
 
-- an absolute path must start with the root (``/workspace/...``), a relative one is taken from
-  the root; any other absolute path, or a ``..`` that climbs above the root (even if it comes
-  back), is :class:`~operations.EscapesRoot`;
+- the path must be absolute and start with the root (``/workspace/...``); anything else, or a
+  ``..`` that climbs above the root (even if it comes back), is :class:`~operations.EscapesRoot`;
 - symlinks are followed physically (a link's target is spliced in before a later ``..`` applies);
   an absolute target is an escape, even one that points inside the root;
 - at most :data:`MAX_SYMLINKS` links per resolution, then :class:`~operations.TooManyLinks`;
@@ -199,19 +198,19 @@ class VirtualTree:
     # -- confined resolution -----------------------------------------------------------------
 
     def relative(self, op: str, path: str) -> str:
-        """The part of ``path`` below the root, verbatim (dots kept); raise if it is not below.
-
-        An absolute path must start with the root, component by component; a relative path is
-        taken relative to the root (as the broker core does).
-        """
+        """The part of ``path`` below the root, verbatim (dots kept); raise if it is not below."""
         if not isinstance(path, str) or path == "":
             raise InvalidArgument(op, path if isinstance(path, str) else None, "empty path")
         if "\0" in path:
             raise InvalidArgument(op, path, "path contains a NUL byte")
-        if len(path.encode("utf-8", "surrogateescape")) > PATH_MAX:
+        try:
+            size = len(path.encode("utf-8"))
+        except UnicodeEncodeError:
+            raise InvalidArgument(op, path, "path is not valid UTF-8") from None
+        if size > PATH_MAX:
             raise InvalidArgument(op, path, f"path longer than {PATH_MAX} bytes")
         if not path.startswith("/"):
-            return path
+            raise InvalidArgument(op, path, f"expected an absolute path under {self.root}")
         parts = path.split("/")
         index = 0
         for root_part in self.root_parts:
