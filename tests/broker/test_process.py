@@ -199,17 +199,24 @@ async def test_quiet_stdout_holder_released_after_idle_grace(manager: ProcessMan
     assert time.monotonic() - start < 0.1 + TEST_KILL_GRACE_S + SLACK_S
 
 
-async def test_no_fd_or_cgroup_leak_over_many_calls(manager: ProcessManager) -> None:
+LEAK_CALLS = 300
+
+
+async def test_no_fd_task_or_cgroup_leak_over_many_calls(manager: ProcessManager) -> None:
     await run(manager, "true")
-    before = open_fds()
-    for _ in range(40):
+    fds, tasks = open_fds(), len(asyncio.all_tasks())
+    cgroups = sorted(os.listdir(manager._cgroups.path)) if manager._cgroups else []
+    for _ in range(LEAK_CALLS):
         result, _ = await run(manager, "echo x")
         assert result == ExecResult(0)
     for _ in range(5):
         result, _ = await run(manager, "sleep 1000", timeout=0.05)
         assert result.kill_reason is KillReason.TIMEOUT
-    assert open_fds() == before
+    assert open_fds() == fds
+    assert len(asyncio.all_tasks()) == tasks
     assert not manager._runs
+    if manager._cgroups is not None:
+        assert sorted(os.listdir(manager._cgroups.path)) == cgroups  # no cmd-* group left
 
 
 async def test_concurrent_commands_are_independent(manager: ProcessManager) -> None:
