@@ -166,6 +166,8 @@ class _Run:
 
 def _check_program(program: str, path: str | None) -> None:
     """Fail like a direct spawn would when the program is missing (the trampoline would hide it)."""
+    if "/" in program and not os.path.isabs(program):
+        return  # relative to the command's cwd: sh reports it (exit 127)
     found = (
         os.access(program, os.X_OK)
         if "/" in program
@@ -668,10 +670,16 @@ class ProcessManager:
         cookie = run.cookie.encode()
         # Anything started before the leader cannot descend from the command.
         candidates = stats_since(run.leader_start, exclude=(1, me))
+        # As the subreaper, every member that left the session either still has a member as
+        # parent (the closure below finds it) or was re-parented to the broker: only those need
+        # their environment read (an environ read can wait on a busy process's memory lock).
+        sub = self._subreaper
         members = {
             pid: st
             for pid, st in candidates.items()
-            if st.sid == run.pid or pid == run.pid or (st.alive and read_cookie(pid) == cookie)
+            if st.sid == run.pid
+            or pid == run.pid
+            or (st.alive and (not sub or st.ppid == me) and read_cookie(pid) == cookie)
         }
         grew = True
         while grew:
