@@ -18,13 +18,13 @@ Where the kernel has Landlock signal scoping (Linux 6.12) the command cannot sig
 outside its own tree, so ``kill $PPID`` fails; the new session already keeps ``kill 0``, ``kill
 -$PPID`` of an unrelated group and terminal signals away, but not a direct ``kill $PPID``.
 
-Spawning: with signal scoping the child must call ``landlock_restrict_self`` itself, so
-``subprocess`` runs a small Python hook between fork and exec (a real fork; it also enters the
-cgroup and ``fchdir``s there). Without it no Python runs in the child and ``subprocess`` can vfork:
-the working directory is entered through ``/proc/self/fd/<cwd_fd>`` and a one-line ``sh``
-trampoline writes itself into the cgroup before exec'ing the command. Either way the command is
-tracked before it can fork. The fork costs about 2-3 ms more per command on a VM
-(``scripts/bench.py exec_true``).
+Spawning never runs Python in the child, so ``subprocess`` can vfork (a fork costs milliseconds
+per command on a VM, growing with the broker's memory). The working directory is entered through
+``/proc/self/fd/<cwd_fd>``; a one-line ``sh`` trampoline writes itself into the command's cgroup
+before it execs the command, so the command cannot fork untracked. With signal scoping, a fresh
+thread enters a new Landlock domain and spawns the trampoline, which waits at a gate (its stdin)
+until that thread has exited; so the command gets a domain of its own and nothing in the broker
+is left in it.
 
 Timeout, abort (signal or task cancellation), output limit and shutdown take the same path:
 SIGTERM (and SIGCONT, so a stopped process can act on it), ``kill_grace`` seconds, then SIGKILL of
