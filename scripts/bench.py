@@ -31,18 +31,18 @@ def benchmark(fn: Callable[[], None]) -> Callable[[], None]:
 
 
 def _modes() -> list[str]:
-    """``cgroup`` is the default set-up (cgroup + Landlock signal scope where available)."""
+    """``cgroup`` and ``fallback`` are the defaults (Landlock signal scope where available)."""
     tree = CgroupTree.create()
-    if tree is None:
-        return ["fallback-scoped", "fallback"]
-    tree.remove()
-    return ["cgroup", "cgroup-unscoped", "fallback"]
+    if tree is not None:
+        tree.remove()
+    cgroup = ["cgroup", "cgroup-unscoped"] if tree is not None else []
+    return [*cgroup, "fallback", "fallback-unscoped"]
 
 
 def _manager(mode: str) -> ProcessManager:
     return ProcessManager(
         use_cgroups=mode.startswith("cgroup"),
-        scope_signals=None if mode in ("cgroup", "fallback-scoped") else False,
+        scope_signals=False if mode.endswith("-unscoped") else None,
     )
 
 
