@@ -20,6 +20,23 @@ def register_scheme(scheme: str, loader: Callable[[], Factory]) -> None:
     _SCHEMES[scheme] = loader
 
 
+def _load_local() -> Factory:
+    from broker import Broker
+
+    def open_local(parts: urllib.parse.SplitResult, options: dict[str, Any]) -> Backend:
+        path = urllib.parse.unquote(parts.path)
+        if parts.netloc or not path.startswith("/"):
+            raise InvalidArgument(
+                "connect", parts.geturl(), "expected an absolute root path, as in 'local:/srv/ws'"
+            )
+        return Broker(path, **options)
+
+    return open_local
+
+
+register_scheme("local", _load_local)
+
+
 def connect(url: str, **options: Any) -> Backend:
     """Open the backend that ``url`` names.
 
@@ -45,3 +62,35 @@ def connect(url: str, **options: Any) -> Backend:
             "connect", url, f"unknown backend scheme {scheme!r}; use one of {known}"
         )
     return loader()(parts, options)
+
+
+def _memory_factory(parts: urllib.parse.SplitResult, options: dict[str, Any]) -> Backend:
+    from operations import InMemoryOperations
+
+    if parts.netloc or parts.query or parts.fragment:
+        raise InvalidArgument(
+            "connect",
+            parts.geturl(),
+            "a memory URL takes only a root path, e.g. 'memory:/workspace'",
+        )
+    if parts.path:
+        options = {"root": parts.path, **options}
+    try:
+        return InMemoryOperations(**options)
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgument("connect", parts.geturl(), str(exc)) from None
+
+
+def _grpc() -> Factory:
+    from ._remote.grpc import open_from_url
+
+    return open_from_url
+
+
+def _register_builtins() -> None:
+    register_scheme("memory", lambda: _memory_factory)
+    for scheme in ("grpc", "grpcs", "grpc+unix"):
+        register_scheme(scheme, _grpc)
+
+
+_register_builtins()
