@@ -172,13 +172,52 @@ class _Call:
                 )
 
 
+class _Undecodable:
+    """Stands for a client message that does not parse (so the call can answer INVALID_ARGUMENT
+    instead of grpc's UNKNOWN)."""
+
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def error(self, op: str) -> InvalidArgument:
+        return InvalidArgument(op, None, f"undecodable request message ({self.reason})")
+
+
+def _tolerant(deserialize: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
+    if deserialize is None:
+        return None
+
+    def parse(data: bytes) -> Any:
+        try:
+            return deserialize(data)
+        except Exception as exc:
+            return _Undecodable(type(exc).__name__)
+
+    return parse
+
+
 async def _read(context: grpc.aio.ServicerContext[Any, Any], op: str) -> Any:
     """The next client message, or ``grpc.aio.EOF``; a stream stalled too long is a Timeout."""
     try:
         async with asyncio.timeout(STREAM_IDLE_TIMEOUT):
-            return await context.read()
+            message = await context.read()
     except TimeoutError:
         raise Timeout(op, None, f"no message from the client for {STREAM_IDLE_TIMEOUT} s") from None
+    if isinstance(message, _Undecodable):
+        raise message.error(op)
+    return message
+
+
+async def _drain(context: grpc.aio.ServicerContext[Any, Any]) -> None:
+    """Read and drop what the client still sends before the call fails: a client whose write
+    meets an already-finished call sees grpc's "internal error", not the broker's status."""
+    try:
+        while await _read(context, "drain") is not grpc.aio.EOF:
+            pass
+    except Exception:  # the call is over either way; the caller reports the first error
+        return
 
 
 def _batches(items: Iterable[_T], name: Callable[[_T], str] = str) -> Iterable[list[_T]]:
@@ -293,39 +332,47 @@ class BrokerServicer(pb_grpc.BrokerServicer):
         self, request_iterator: object, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.Empty:
         async with _Call(context, "write_file", None):
-            first = await _read(context, "write_file")
-            if first is grpc.aio.EOF or not first.path:
-                raise InvalidArgument(
-                    "write_file", None, "the first message of the stream must carry the path"
-                )
-            path: str = first.path
-            expected = first.size if first.HasField("size") else None
-            if expected is not None and expected < 0:
-                raise InvalidArgument("write_file", path, f"`size` must be >= 0, got {expected}")
-
-            async def pieces() -> AsyncIterator[bytes]:
-                received = len(first.data)
-                if first.data:
-                    yield first.data
-                while True:
-                    message = await _read(context, "write_file")
-                    if message is grpc.aio.EOF:
-                        break
-                    received += len(message.data)
-                    if expected is not None and received > expected:
-                        raise InvalidArgument(
-                            "write_file", path, f"stream is longer than its size {expected}"
-                        )
-                    yield message.data
-                if expected is not None and received != expected:
-                    raise InvalidArgument(
-                        "write_file",
-                        path,
-                        f"stream ended after {received} of {expected} bytes; nothing was written",
-                    )
-
-            await write_chunks(self._backend, path, pieces())
+            try:
+                await self._write_file(context)
+            except OpsError as error:
+                if not isinstance(error, Timeout):
+                    await _drain(context)
+                raise
             return pb.Empty()
+
+    async def _write_file(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+        first = await _read(context, "write_file")
+        if first is grpc.aio.EOF or not first.path:
+            raise InvalidArgument(
+                "write_file", None, "the first message of the stream must carry the path"
+            )
+        path: str = first.path
+        expected = first.size if first.HasField("size") else None
+        if expected is not None and expected < 0:
+            raise InvalidArgument("write_file", path, f"`size` must be >= 0, got {expected}")
+
+        async def pieces() -> AsyncIterator[bytes]:
+            received = len(first.data)
+            if first.data:
+                yield first.data
+            while True:
+                message = await _read(context, "write_file")
+                if message is grpc.aio.EOF:
+                    break
+                received += len(message.data)
+                if expected is not None and received > expected:
+                    raise InvalidArgument(
+                        "write_file", path, f"stream is longer than its size {expected}"
+                    )
+                yield message.data
+            if expected is not None and received != expected:
+                raise InvalidArgument(
+                    "write_file",
+                    path,
+                    f"stream ended after {received} of {expected} bytes; nothing was written",
+                )
+
+        await write_chunks(self._backend, path, pieces())
 
     async def Mkdir(
         self, request: pb.PathRequest, context: grpc.aio.ServicerContext[Any, Any]
@@ -442,11 +489,7 @@ class BrokerServicer(pb_grpc.BrokerServicer):
             timeout = _exec_timeout(request)
             controller = AbortController()
 
-            async def on_data(data: bytes) -> None:
-                if data:
-                    for piece in chunks(data):
-                        await context.write(pb.ExecEvent(output=piece))
-
+            on_data = _Output(context)
             watcher = asyncio.create_task(_watch_abort(context, controller))
             self._running.add(controller)
             try:
@@ -467,7 +510,39 @@ class BrokerServicer(pb_grpc.BrokerServicer):
             end = pb.ExecExit(kill_reason=kill_reason_to_wire(reason))
             if result.exit_code is not None:
                 end.exit_code = result.exit_code
+            await on_data.drain()
             await context.write(pb.ExecEvent(exit=end))
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
+class _Output:
+    """The ``on_data`` of a command: output events, each written to the end even when the backend
+    cancels its producer mid-write (a half-done write would make the next one fail)."""
+
+    __slots__ = ("_context", "_pending")
+
+    def __init__(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+        self._context = context
+        self._pending: asyncio.Future[None] | None = None
+
+    async def __call__(self, data: bytes) -> None:
+        if not data:
+            return
+        for piece in chunks(data):
+            await self.drain()
+            pending = asyncio.ensure_future(self._context.write(pb.ExecEvent(output=piece)))
+            pending.add_done_callback(_retrieve)
+            self._pending = pending
+            await asyncio.shield(pending)
+
+    async def drain(self) -> None:
+        """Wait until the last output event is written."""
+        if self._pending is not None and not self._pending.done():
+            await self._pending
 
 
 async def _watch_abort(
@@ -479,7 +554,7 @@ async def _watch_abort(
             message = await context.read()
             if message is grpc.aio.EOF:
                 return
-            if message.WhichOneof("input") == "abort":
+            if not isinstance(message, _Undecodable) and message.WhichOneof("input") == "abort":
                 controller.abort("client")
                 return
     except Exception:  # the call ended under us: nothing left to abort
@@ -562,10 +637,12 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
 
 
 def _guard(handler: _Handler, method: str, auth: Authenticator) -> _Handler:
-    """``handler`` with the caller authenticated before its behaviour runs."""
+    """``handler`` with the caller authenticated before its behaviour runs; for our own service,
+    an undecodable request message is answered with INVALID_ARGUMENT."""
     op = method.rsplit("/", 1)[-1]
+    ours = method.startswith(f"/{SERVICE_NAME}/")
 
-    async def check(context: grpc.aio.ServicerContext[Any, Any]) -> None:
+    async def check(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
         principal = auth.principal(method, context)
         if principal is None:
             await _abort_with(
@@ -574,27 +651,30 @@ def _guard(handler: _Handler, method: str, auth: Authenticator) -> _Handler:
                     op, None, "missing or unknown bearer token (send 'authorization: Bearer TOKEN')"
                 ),
             )
-        else:
-            _principal.set(principal)
+        _principal.set(principal or "-")
+        if isinstance(request, _Undecodable):
+            await _abort_with(context, request.error(op))
 
     def wrap(inner: _Behaviour) -> _Behaviour:
         if inspect.isasyncgenfunction(inner):
 
             async def stream(request: Any, context: Any) -> AsyncIterator[Any]:
-                await check(context)
+                await check(request, context)
                 async for response in inner(request, context):
                     yield response
 
             return stream
 
         async def call(request: Any, context: Any) -> Any:
-            await check(context)
+            await check(request, context)
             return await inner(request, context)
 
         return call
 
     kwargs = {
-        "request_deserializer": handler.request_deserializer,
+        "request_deserializer": (
+            _tolerant(handler.request_deserializer) if ours else handler.request_deserializer
+        ),
         "response_serializer": handler.response_serializer,
     }
     if handler.unary_unary is not None:
