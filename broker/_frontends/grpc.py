@@ -63,6 +63,7 @@ from operations import (
 )
 
 from .._auth import TokenTable
+from .._guard import Enforcement
 from ._chunked import read_chunks, write_chunks
 
 __all__ = [
@@ -73,6 +74,7 @@ __all__ = [
 ]
 
 SERVICE_NAME: str = pb.DESCRIPTOR.services_by_name["Broker"].full_name
+MAX_GUARDS = 1024  # cached (principal, peer) policy guards; cleared when full
 STREAM_IDLE_TIMEOUT = 60.0  # seconds a client stream may stall between messages before we give up
 
 _log = logging.getLogger("opsbroker.grpc")
@@ -259,15 +261,42 @@ class BrokerServicer(pb_grpc.BrokerServicer):
     """
 
     def __init__(
-        self, backend: Backend, *, version: str, info: Mapping[str, Any] | None = None
+        self,
+        backend: Backend,
+        *,
+        version: str,
+        info: Mapping[str, Any] | None = None,
+        enforcement: Enforcement | None = None,
     ) -> None:
         self._backend = backend
         self._version = version
         if info is None:
             describe = getattr(backend, "capabilities", None)
-            info = describe() if callable(describe) else {}
+            info = dict(describe() if callable(describe) else {})
+            if enforcement is not None:
+                sandbox = enforcement.capabilities().get("sandbox")
+                if isinstance(sandbox, Mapping):
+                    info["sandbox"] = bool(sandbox.get("active"))
         self._info: Mapping[str, Any] = info
+        self._enforcement = enforcement
+        self._guards: dict[tuple[str, str], Backend] = {}
         self._running: set[AbortController] = set()
+
+    def _ops(self, context: grpc.aio.ServicerContext[Any, Any]) -> Backend:
+        """The backend this call uses: the core behind the broker's policy and audit, as the
+        caller's principal (one guard per principal and peer, kept while they keep calling)."""
+        if self._enforcement is None:
+            return self._backend
+        key = (_principal.get(), context.peer() or "")
+        guard = self._guards.get(key)
+        if guard is None:
+            if len(self._guards) >= MAX_GUARDS:
+                self._guards.clear()
+            guard = self._enforcement.wrap(
+                self._backend, principal=key[0], transport="grpc", peer=key[1]
+            )
+            self._guards[key] = guard
+        return guard
 
     def kill_running(self) -> int:
         """Abort every running command (broker shutdown); their callers see ``SHUTDOWN``."""
@@ -307,7 +336,7 @@ class BrokerServicer(pb_grpc.BrokerServicer):
         self, request: pb.PathRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> None:
         async with _Call(context, "read_file", request.path):
-            pieces = read_chunks(self._backend, request.path, CHUNK_BYTES)
+            pieces = read_chunks(self._ops(context), request.path, CHUNK_BYTES)
             try:
                 async for piece in pieces:
                     await context.write(pb.Chunk(data=piece))
@@ -318,14 +347,14 @@ class BrokerServicer(pb_grpc.BrokerServicer):
         self, request: pb.AccessRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.Empty:
         async with _Call(context, "access", request.path):
-            await self._backend.access(request.path, writable=request.writable)
+            await self._ops(context).access(request.path, writable=request.writable)
             return pb.Empty()
 
     async def DetectImageMimeType(
         self, request: pb.PathRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.MimeTypeReply:
         async with _Call(context, "detect_image_mime_type", request.path):
-            mime = await self._backend.detect_image_mime_type(request.path)
+            mime = await self._ops(context).detect_image_mime_type(request.path)
             return pb.MimeTypeReply(mime_type=mime or "")
 
     async def WriteFile(
@@ -372,51 +401,51 @@ class BrokerServicer(pb_grpc.BrokerServicer):
                     f"stream ended after {received} of {expected} bytes; nothing was written",
                 )
 
-        await write_chunks(self._backend, path, pieces())
+        await write_chunks(self._ops(context), path, pieces())
 
     async def Mkdir(
         self, request: pb.PathRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.Empty:
         async with _Call(context, "mkdir", request.path):
-            await self._backend.mkdir(request.path)
+            await self._ops(context).mkdir(request.path)
             return pb.Empty()
 
     async def Exists(
         self, request: pb.PathRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.BoolReply:
         async with _Call(context, "exists", request.path):
-            return pb.BoolReply(value=await self._backend.exists(request.path))
+            return pb.BoolReply(value=await self._ops(context).exists(request.path))
 
     async def Stat(
         self, request: pb.PathRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.FileStat:
         async with _Call(context, "stat", request.path):
-            return stat_to_wire(await self._backend.stat(request.path))
+            return stat_to_wire(await self._ops(context).stat(request.path))
 
     async def Lstat(
         self, request: pb.PathRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.FileStat:
         async with _Call(context, "lstat", request.path):
-            return stat_to_wire(await self._backend.lstat(request.path))
+            return stat_to_wire(await self._ops(context).lstat(request.path))
 
     async def IsDirectory(
         self, request: pb.PathRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.BoolReply:
         async with _Call(context, "is_directory", request.path):
-            return pb.BoolReply(value=await self._backend.is_directory(request.path))
+            return pb.BoolReply(value=await self._ops(context).is_directory(request.path))
 
     async def Readdir(
         self, request: pb.PathRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> None:
         async with _Call(context, "readdir", request.path):
-            for batch in _batches(await self._backend.readdir(request.path)):
+            for batch in _batches(await self._ops(context).readdir(request.path)):
                 await context.write(pb.Names(names=batch))
 
     async def ListDir(
         self, request: pb.PathRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> None:
         async with _Call(context, "list_dir", request.path):
-            entries = await self._backend.list_dir(request.path)
+            entries = await self._ops(context).list_dir(request.path)
             for batch in _batches(entries, lambda entry: entry.name):
                 wire = [pb.DirEntry(name=e.name, kind=kind_to_wire(e.kind)) for e in batch]
                 await context.write(pb.DirEntries(entries=wire))
@@ -425,14 +454,14 @@ class BrokerServicer(pb_grpc.BrokerServicer):
         self, request: pb.RemoveRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.Empty:
         async with _Call(context, "remove", request.path):
-            await self._backend.remove(request.path, recursive=request.recursive)
+            await self._ops(context).remove(request.path, recursive=request.recursive)
             return pb.Empty()
 
     async def Rename(
         self, request: pb.RenameRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.Empty:
         async with _Call(context, "rename", request.source):
-            await self._backend.rename(request.source, request.destination)
+            await self._ops(context).rename(request.source, request.destination)
             return pb.Empty()
 
     # -- find and search -----------------------------------------------------------------------
@@ -441,7 +470,7 @@ class BrokerServicer(pb_grpc.BrokerServicer):
         self, request: pb.GlobRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> None:
         async with _Call(context, "glob", request.cwd):
-            found = await self._backend.glob(
+            found = await self._ops(context).glob(
                 request.pattern, request.cwd, ignore=list(request.ignore), limit=request.limit
             )
             for batch in _batches(found):
@@ -451,7 +480,7 @@ class BrokerServicer(pb_grpc.BrokerServicer):
         self, request: pb.SearchRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> None:
         async with _Call(context, "search", request.path):
-            matches = self._backend.search(
+            matches = self._ops(context).search(
                 request.pattern,
                 request.path,
                 glob=request.glob if request.HasField("glob") else None,
@@ -481,9 +510,9 @@ class BrokerServicer(pb_grpc.BrokerServicer):
                 raise InvalidArgument("exec", None, "the first message must be `start`")
             request: pb.ExecRequest = first.start
             if request.shell == pb.SHELL_POWERSHELL:
-                runner: Any = self._backend.powershell
+                runner: Any = self._ops(context).powershell
             elif request.shell in (pb.SHELL_UNSPECIFIED, pb.SHELL_BASH):
-                runner = self._backend
+                runner = self._ops(context)
             else:
                 raise InvalidArgument("exec", request.cwd, f"unknown shell {request.shell}")
             timeout = _exec_timeout(request)
@@ -580,10 +609,12 @@ class Authenticator:
         *,
         mtls: bool = False,
         public_methods: Iterable[str] = (),
+        enforcement: Enforcement | None = None,
     ) -> None:
         self._tokens = tokens
         self._mtls = mtls
         self._public = frozenset(public_methods)
+        self.enforcement = enforcement
 
     def principal(self, method: str, context: grpc.aio.ServicerContext[Any, Any]) -> str | None:
         """The caller's principal, or ``None`` when it must be refused."""
@@ -645,6 +676,14 @@ def _guard(handler: _Handler, method: str, auth: Authenticator) -> _Handler:
     async def check(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
         principal = auth.principal(method, context)
         if principal is None:
+            if auth.enforcement is not None:
+                auth.enforcement.record_refusal(
+                    op,
+                    "missing or unknown credentials",
+                    principal=None,
+                    transport="grpc",
+                    peer=context.peer(),
+                )
             await _abort_with(
                 context,
                 Unauthenticated(
