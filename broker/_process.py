@@ -159,6 +159,7 @@ class _Run:
     last_activity: float = 0.0
     total: int = 0
     adopted: dict[int, int] = field(default_factory=dict)
+    known: dict[int, int] = field(default_factory=dict)
 
     @property
     def pid(self) -> int:
@@ -712,6 +713,12 @@ class ProcessManager:
     def _tree_alive(self, run: _Run) -> bool:
         if run.cgroup is not None:
             return run.cgroup.populated()
+        # While a member found by the last sweep is still alive, no new sweep is needed (a
+        # sweep reads every process on the host); once they are all gone, one sweep confirms.
+        for pid, start in run.known.items():
+            st = read_stat(pid)
+            if st is not None and st.starttime == start and st.alive:
+                return True
         return any(st.alive for st in self._members(run).values())
 
     def _signal_tree(self, run: _Run, sig: int) -> None:
@@ -772,6 +779,7 @@ class ProcessManager:
                     members[pid] = st
                     grew = True
         self._note_adopted(run, members)
+        run.known = {pid: st.starttime for pid, st in members.items() if st.alive}
         leaders = {r.pid for r in self._runs}
         for pid, st in candidates.items():
             if st.alive or st.ppid != me or pid in leaders:
