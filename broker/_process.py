@@ -110,6 +110,9 @@ EMPTY_TREE_LIMIT_S = 10.0
 THREAD_EXIT_POLLS = 10_000
 """Checks (0.1 ms apart) that the spawning thread has left ``/proc`` before the gate opens."""
 
+REAP_SETTLE_S = 0.2
+"""How long a killed member may take to become the broker's zombie (exit is not atomic)."""
+
 STALE_ZOMBIE_S = 5.0
 """A zombie child unreaped this long was adopted, not spawned (asyncio reaps within ms)."""
 
@@ -156,6 +159,7 @@ class _Run:
     last_activity: float = 0.0
     total: int = 0
     adopted: dict[int, int] = field(default_factory=dict)
+    known: dict[int, int] = field(default_factory=dict)
 
     @property
     def pid(self) -> int:
@@ -347,7 +351,7 @@ class ProcessManager:
                 raise Unavailable(
                     "exec", None, "no writable cgroup v2 tree with cgroup.kill on this host"
                 )
-        self._subreaper = self._cgroups is None and set_child_subreaper()
+        self._subreaper = self._cgroups is None and _Subreaper.acquire()
         self._scope = SignalScope.create() if scope_signals is not False else None
         if self._scope is None and scope_signals:
             self._close_resources()
@@ -447,6 +451,9 @@ class ProcessManager:
         self._close_resources()
 
     def _close_resources(self) -> None:
+        if self._subreaper:
+            self._subreaper = False
+            _Subreaper.release()
         if self._cgroups is not None:
             self._cgroups.remove()
             self._cgroups = None
@@ -656,7 +663,8 @@ class ProcessManager:
             os.close(run.read_fd)
             if run.pidfd is not None:
                 os.close(run.pidfd)
-            self._reap_adopted(run)
+            if run.adopted:
+                await self._reap_adopted(run)
             if self._stale_zombies:
                 self._reap_stale_zombies()
             if run.cgroup is not None:
@@ -705,24 +713,40 @@ class ProcessManager:
     def _tree_alive(self, run: _Run) -> bool:
         if run.cgroup is not None:
             return run.cgroup.populated()
+        # While a member found by the last sweep is still alive, no new sweep is needed (a
+        # sweep reads every process on the host); once they are all gone, one sweep confirms.
+        for pid, start in run.known.items():
+            st = read_stat(pid)
+            if st is not None and st.starttime == start and st.alive:
+                return True
         return any(st.alive for st in self._members(run).values())
 
     def _signal_tree(self, run: _Run, sig: int) -> None:
+        """Send ``sig`` to every member (``cgroup.kill`` for SIGKILL in cgroup mode).
+
+        Members are listed (and remembered for reaping) before anything is signalled: a process
+        that dies first would leave orphans the broker adopts without knowing them.
+        """
+        cgroup = run.cgroup
+        if cgroup is not None:
+            pids = cgroup.pids()
+            self._note_adopted(run, pids)
+            members = None
+        else:
+            members = self._members(run)
         if run.pidfd is not None:
             # The leader's process group, race-free through its pidfd (Linux 6.9).
             with contextlib.suppress(OSError):
                 _signal.pidfd_send_signal(run.pidfd, sig, None, PIDFD_SIGNAL_PROCESS_GROUP)
-        if run.cgroup is not None:
-            cgroup = run.cgroup
-            self._note_adopted(run, cgroup.pids())
+        if cgroup is not None:
             if sig == _signal.SIGKILL:
                 with contextlib.suppress(OSError):
                     cgroup.kill()
                 return
-            for pid in cgroup.pids():
+            for pid in pids:
                 pidfd_signal(pid, sig, cgroup.contains)
             return
-        members = self._members(run)
+        assert members is not None
         for pid, st in members.items():
             if st.alive:
                 pidfd_signal(pid, sig, _same_process(st))
@@ -755,6 +779,7 @@ class ProcessManager:
                     members[pid] = st
                     grew = True
         self._note_adopted(run, members)
+        run.known = {pid: st.starttime for pid, st in members.items() if st.alive}
         leaders = {r.pid for r in self._runs}
         for pid, st in candidates.items():
             if st.alive or st.ppid != me or pid in leaders:
@@ -787,24 +812,69 @@ class ProcessManager:
                     os.waitpid(pid, os.WNOHANG)
 
     def _note_adopted(self, run: _Run, pids: Mapping[int, ProcStat] | Sequence[int]) -> None:
-        """Remember members the broker adopted (subreaper), to reap them once they are zombies."""
+        """Remember members (pid and start time) so that those the broker adopts (subreaper:
+        their parent died, often in the same kill) can be reaped once they are zombies."""
         if not self._subreaper and not is_child_subreaper():
             return
-        me = os.getpid()
         for pid in pids:
             st = pids[pid] if isinstance(pids, Mapping) else read_stat(pid)
-            if st is not None and st.ppid == me and pid != run.pid:
+            if st is not None and pid != run.pid:
                 run.adopted[pid] = st.starttime
 
-    def _reap_adopted(self, run: _Run) -> None:
+    async def _reap_adopted(self, run: _Run) -> None:
         """Reap the zombies the broker adopted from this command, and only those (never a pid
-        that asyncio or other code spawned: each is checked by pid, start time and parent)."""
+        that asyncio or other code spawned: each is checked by pid, start time and parent).
+
+        A killed tree is empty (``populated 0``) slightly before its processes are zombies and
+        their orphans re-parented, so this waits up to ``REAP_SETTLE_S`` for each recorded
+        member to be gone or be the broker's zombie.
+        """
         me = os.getpid()
-        for pid, start in run.adopted.items():
-            st = read_stat(pid)
-            if st is not None and not st.alive and st.ppid == me and st.starttime == start:
-                with contextlib.suppress(ChildProcessError):
-                    os.waitpid(pid, os.WNOHANG)
+        pending = dict(run.adopted)
+        deadline = time.monotonic() + REAP_SETTLE_S
+        while pending:
+            for pid, start in list(pending.items()):
+                st = read_stat(pid)
+                if st is None or st.starttime != start:
+                    del pending[pid]  # gone (reaped by its own parent)
+                elif not st.alive and st.ppid == me:
+                    with contextlib.suppress(ChildProcessError):
+                        os.waitpid(pid, os.WNOHANG)  # noqa: ASYNC222 (a zombie: never blocks)
+                    del pending[pid]
+            if not pending or time.monotonic() > deadline:
+                return
+            await asyncio.sleep(POLL_FIRST_S)
+
+
+class _Subreaper:
+    """The process-wide child-subreaper flag, held while any fallback manager is open.
+
+    Set by the first fallback manager and cleared by the last one to close (unless it was set
+    before, e.g. by the embedder), so that a process that only briefly needs the fallback (a test
+    run) does not adopt every orphan of its other children for the rest of its life.
+    """
+
+    holders = 0
+    set_by_us = False
+
+    @classmethod
+    def acquire(cls) -> bool:
+        if cls.holders == 0:
+            if is_child_subreaper():
+                cls.set_by_us = False
+            elif set_child_subreaper(True):
+                cls.set_by_us = True
+            else:
+                return False
+        cls.holders += 1
+        return True
+
+    @classmethod
+    def release(cls) -> None:
+        cls.holders -= 1
+        if cls.holders == 0 and cls.set_by_us:
+            set_child_subreaper(False)
+            cls.set_by_us = False
 
 
 def _same_process(st: ProcStat) -> Callable[[int], bool]:

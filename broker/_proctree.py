@@ -185,10 +185,11 @@ def pidfd_signal(pid: int, sig: int, still_member: object = None) -> bool:
         os.close(fd)
 
 
-def set_child_subreaper() -> bool:
-    """Make this process the child subreaper: orphaned descendants re-parent here, not to init."""
+def set_child_subreaper(on: bool = True) -> bool:
+    """Make this process the child subreaper (orphaned descendants re-parent here, not to init),
+    or stop being it."""
     libc = _prctl()
-    return libc is not None and int(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
+    return libc is not None and int(libc.prctl(_PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0)) == 0
 
 
 def is_child_subreaper() -> bool:

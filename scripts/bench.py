@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "proto"))  # generated wire code
 
 from broker import Broker
 from broker._cgroup import CgroupTree

@@ -14,7 +14,7 @@ import pytest
 
 from broker import _process
 from broker._process import MINIMAL_ENV, ProcessManager
-from broker._proctree import COOKIE_VAR
+from broker._proctree import COOKIE_VAR, is_child_subreaper
 from broker._shell import bash_argv
 from operations import (
     AbortController,
@@ -288,6 +288,7 @@ async def test_fallback_reaps_adopted_orphans(monkeypatch: pytest.MonkeyPatch) -
     ``setsid`` one that exits on its own before any sweep sees it alive."""
     monkeypatch.setattr(_process, "STALE_ZOMBIE_S", 0.2)
     pm = make_manager("fallback")
+    assert pm.capabilities().subreaper
     before = _zombie_children()
     try:
         for command in ["(sleep 0.02 &); exit 0", "(setsid sleep 0.02 &); exit 0"]:
@@ -296,5 +297,27 @@ async def test_fallback_reaps_adopted_orphans(monkeypatch: pytest.MonkeyPatch) -
         await run(pm, "true")  # the next command's end reaps what has aged
     finally:
         await pm.aclose()
-    assert pm.capabilities().subreaper
     assert _zombie_children() - before == set()
+
+
+async def test_no_zombies_left_while_the_broker_is_subreaper(mode: str) -> None:
+    """While the subreaper flag is on (any fallback manager open), killed trees re-parent to the
+    broker as they die; every mode reaps them, and the flag goes off with the last manager."""
+    was_subreaper = is_child_subreaper()
+    holder = make_manager("fallback")  # turns the flag on for the whole process
+    pm = make_manager(mode)
+    before = _zombie_children()
+    try:
+        assert is_child_subreaper()
+        for command, timeout in [
+            ("sleep 1000 & sleep 1000 & (sleep 1000 & wait) & wait", 0.3),
+            ("setsid sleep 1000 & sleep 1000 & echo x", None),
+            ("( setsid sh -c 'sleep 1000' & ); exit 0", None),
+            ("(sleep 1000 & sleep 1000 & wait) & sleep 0.1; kill -9 $$", None),
+        ]:
+            await run(pm, command, timeout=timeout)
+        assert _zombie_children() - before == set()
+    finally:
+        await pm.aclose()
+        await holder.aclose()
+    assert is_child_subreaper() == was_subreaper

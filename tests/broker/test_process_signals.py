@@ -65,6 +65,7 @@ def run_broker(mode: str, commands: list[str]) -> dict[str, object]:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         start_new_session=True,  # a group leader, so -$PPID is a real target
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
     )
     try:
         out, err = proc.communicate(timeout=BROKER_WAIT_S)
