@@ -45,3 +45,12 @@ def connect(url: str, **options: Any) -> Backend:
             "connect", url, f"unknown backend scheme {scheme!r}; use one of {known}"
         )
     return loader()(parts, options)
+
+
+def _load_ssh() -> Factory:
+    from ._remote.ssh import open_ssh_url
+
+    return open_ssh_url
+
+
+register_scheme("ssh", _load_ssh)

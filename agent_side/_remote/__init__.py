@@ -1,0 +1,1 @@
+"""Remote clients of the broker (gRPC, SSH): each implements every ``operations`` protocol."""
