@@ -369,7 +369,7 @@ class _Session(asyncssh.SSHServerSession[bytes]):
     def signal_received(self, signal: str) -> None:
         log.info("signal %s on a channel: cancelling its call", signal)
         self._cancel_requested = True
-        self._cancel()
+        self._cancel_soon()
 
     def pause_writing(self) -> None:
         self._writable.clear()
@@ -397,6 +397,10 @@ class _Session(asyncssh.SSHServerSession[bytes]):
     def _cancel(self) -> None:
         if self._task is not None and not self._task.done():
             self._task.cancel()
+
+    def _cancel_soon(self) -> None:
+        """Cancel the running call once it has started (so that it can still answer END)."""
+        asyncio.get_running_loop().call_soon(self._cancel)
 
     async def _drain(self) -> None:
         await self._writable.wait()
@@ -471,7 +475,7 @@ class _Session(asyncssh.SSHServerSession[bytes]):
                 self._inbound.put_nowait(None)
             elif isinstance(event, Cancel):
                 self._cancel_requested = True
-                self._cancel()
+                self._cancel_soon()
             self._maybe_next_call()
 
     def _maybe_next_call(self) -> None:

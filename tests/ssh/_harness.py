@@ -6,6 +6,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import asyncssh
 
@@ -25,6 +26,17 @@ class SSHSetup:
     host_key: Path
     known_hosts: Path
     port: int
+
+    def raw(self, **options: Any) -> Any:
+        """An ``asyncssh.connect`` to the front-end (await it, or use it with ``async with``)."""
+        return asyncssh.connect(
+            "127.0.0.1",
+            self.port,
+            username="agent",
+            client_keys=[str(self.client_key)],
+            known_hosts=str(self.known_hosts),
+            **options,
+        )
 
     def backend(self, **options: object) -> SSHBackend:
         return SSHBackend(
