@@ -87,6 +87,10 @@ NO_SHELL_MESSAGE: Final = (
     "(ssh HOST 'COMMAND'), or use sftp or the opsbroker subsystem.\r\n"
 )
 
+SFTP_VERSION: Final = 3
+"""The SFTP protocol version offered: v3 is what OpenSSH speaks (later versions add nothing
+this server would serve)."""
+
 EXIT_TIMEOUT: Final = 124
 """Exit status of a command killed for its timeout (as coreutils ``timeout`` reports it)."""
 
@@ -335,6 +339,7 @@ class _Session(asyncssh.SSHServerSession[bytes]):
                 lambda chan: BackendSFTPServer(
                     cast("asyncssh.SSHServerChannel[bytes]", chan), backend
                 ),
+                SFTP_VERSION,
             )
             self._sftp.connection_made(self._chan)
             return True
