@@ -26,6 +26,14 @@ from typing import Any, Final, Self, TypeVar
 import asyncssh
 from google.protobuf.message import Message as ProtoMessage
 from opsbroker.v1 import broker_pb2 as pb
+from opsbroker.v1.codec import (
+    CHUNK_BYTES,
+    entry_from_wire,
+    error_from_wire,
+    exit_from_wire,
+    match_from_wire,
+    stat_from_wire,
+)
 
 from broker._frontends._sshframe import (
     DEFAULT_MAX_FRAME_SIZE,
@@ -55,8 +63,6 @@ from operations import (
     Unavailable,
 )
 
-from ._convert import entry_from_pb, error_from_pb, exit_from_pb, match_from_pb, stat_from_pb
-
 __all__ = ["CANCEL_WAIT_S", "MAX_IDLE_CHANNELS", "SSHBackend", "open_ssh_url"]
 
 M = TypeVar("M", bound=ProtoMessage)
@@ -68,9 +74,6 @@ CANCEL_WAIT_S: Final = 10.0
 
 MAX_IDLE_CHANNELS: Final = 16
 """Channels kept open for reuse; more concurrent calls open more, and close them afterwards."""
-
-CHUNK_BYTES: Final = 64 * 1024
-"""Data per WriteFile message (the proto's chunk rule)."""
 
 
 class _ChannelSession(asyncssh.SSHClientSession[bytes]):
@@ -180,7 +183,7 @@ class _Call:
             return None
         detail = pb.ErrorDetail()
         detail.ParseFromString(event.error)
-        raise error_from_pb(detail)
+        raise error_from_wire(detail)
 
     async def receive_one(self, cls: type[M]) -> M:
         data = await self.receive()
@@ -422,11 +425,13 @@ class SSHBackend:
         return (await self._unary("Exists", pb.PathRequest(path=path), pb.BoolReply, path)).value
 
     async def stat(self, path: str) -> FileStat:
-        return stat_from_pb(await self._unary("Stat", pb.PathRequest(path=path), pb.FileStat, path))
+        return stat_from_wire(
+            await self._unary("Stat", pb.PathRequest(path=path), pb.FileStat, path)
+        )
 
     async def lstat(self, path: str) -> FileStat:
         reply = await self._unary("Lstat", pb.PathRequest(path=path), pb.FileStat, path)
-        return stat_from_pb(reply)
+        return stat_from_wire(reply)
 
     async def is_directory(self, path: str) -> bool:
         request = pb.PathRequest(path=path)
@@ -445,7 +450,7 @@ class SSHBackend:
         async for data in self._stream("ListDir", pb.PathRequest(path=path), path):
             batch = pb.DirEntries()
             batch.ParseFromString(data)
-            entries.extend(entry_from_pb(e) for e in batch.entries)
+            entries.extend(entry_from_wire(e) for e in batch.entries)
         return entries
 
     async def glob(
@@ -481,7 +486,7 @@ class SSHBackend:
             while (data := await call.receive()) is not None:
                 match = pb.SearchMatch()
                 match.ParseFromString(data)
-                yield match_from_pb(match)
+                yield match_from_wire(match)
 
     async def remove(self, path: str, *, recursive: bool = False) -> None:
         request = pb.RemoveRequest(path=path, recursive=recursive)
@@ -519,7 +524,7 @@ class SSHBackend:
                         if inspect.isawaitable(pending):
                             await pending
                     elif event.WhichOneof("event") == "exit":
-                        result = exit_from_pb(event.exit)
+                        result = exit_from_wire(event.exit)
             finally:
                 remove()
         if result is None:

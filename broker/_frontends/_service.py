@@ -10,25 +10,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from importlib import metadata
 from typing import Final, Protocol, TypeVar
 
 from google.protobuf.message import DecodeError
 from google.protobuf.message import Message as ProtoMessage
 from opsbroker.v1 import broker_pb2 as pb
-
-from operations import AbortController, Backend, InvalidArgument, TooLarge
-
-from ._convert import (
+from opsbroker.v1.codec import (
     CHUNK_BYTES,
     batches,
     chunks,
-    entry_to_pb,
-    exit_to_pb,
-    match_to_pb,
-    stat_to_pb,
+    entry_to_wire,
+    exit_to_wire,
+    match_to_wire,
+    stat_to_wire,
 )
+
+from operations import AbortController, Backend, InvalidArgument, TooLarge
+
+from ._chunked import read_chunks, write_chunks
 
 __all__ = ["DEFAULT_MAX_UPLOAD_BYTES", "METHODS", "Call", "Service"]
 
@@ -89,7 +90,7 @@ class Service:
 
     async def ReadFile(self, request: bytes, call: Call) -> None:
         path = parse(pb.PathRequest, request, "read_file").path
-        for chunk in chunks(await self.backend.read_file(path)):
+        async for chunk in read_chunks(self.backend, path, CHUNK_BYTES):
             await call.send(pb.Chunk(data=chunk))
 
     async def Access(self, request: bytes, call: Call) -> None:
@@ -104,21 +105,27 @@ class Service:
 
     async def WriteFile(self, request: bytes, call: Call) -> None:
         first = parse(pb.WriteFileRequest, request, "write_file")
-        parts = [first.data]
-        total = len(first.data)
-        while (more := await call.receive()) is not None:
-            data = parse(pb.WriteFileRequest, more, "write_file").data
-            total += len(data)
-            if total > self.max_upload_bytes:
-                raise TooLarge(
-                    "write_file", first.path, f"upload exceeds {self.max_upload_bytes} bytes"
+        path = first.path
+        received = 0
+
+        async def pieces() -> AsyncIterator[bytes]:
+            nonlocal received
+            data: bytes | None = first.data
+            while data is not None:
+                received += len(data)
+                if received > self.max_upload_bytes:
+                    raise TooLarge(
+                        "write_file", path, f"upload exceeds {self.max_upload_bytes} bytes"
+                    )
+                yield data
+                more = await call.receive()
+                data = None if more is None else parse(pb.WriteFileRequest, more, "write_file").data
+            if first.HasField("size") and first.size != received:
+                raise InvalidArgument(
+                    "write_file", path, f"announced {first.size} bytes, received {received}"
                 )
-            parts.append(data)
-        if first.HasField("size") and first.size != total:
-            raise InvalidArgument(
-                "write_file", first.path, f"announced {first.size} bytes, received {total}"
-            )
-        await self.backend.write_file(first.path, b"".join(parts))
+
+        await write_chunks(self.backend, path, pieces())
         await call.send(pb.Empty())
 
     async def Mkdir(self, request: bytes, call: Call) -> None:
@@ -131,11 +138,11 @@ class Service:
 
     async def Stat(self, request: bytes, call: Call) -> None:
         path = parse(pb.PathRequest, request, "stat").path
-        await call.send(stat_to_pb(await self.backend.stat(path)))
+        await call.send(stat_to_wire(await self.backend.stat(path)))
 
     async def Lstat(self, request: bytes, call: Call) -> None:
         path = parse(pb.PathRequest, request, "lstat").path
-        await call.send(stat_to_pb(await self.backend.lstat(path)))
+        await call.send(stat_to_wire(await self.backend.lstat(path)))
 
     async def IsDirectory(self, request: bytes, call: Call) -> None:
         path = parse(pb.PathRequest, request, "is_directory").path
@@ -148,8 +155,8 @@ class Service:
 
     async def ListDir(self, request: bytes, call: Call) -> None:
         entries = await self.backend.list_dir(parse(pb.PathRequest, request, "list_dir").path)
-        for batch in batches(entries):
-            await call.send(pb.DirEntries(entries=[entry_to_pb(e) for e in batch]))
+        for batch in batches(entries, lambda entry: entry.name):
+            await call.send(pb.DirEntries(entries=[entry_to_wire(e) for e in batch]))
 
     async def Remove(self, request: bytes, call: Call) -> None:
         req = parse(pb.RemoveRequest, request, "remove")
@@ -181,7 +188,7 @@ class Service:
         )
         try:
             async for match in matches:
-                await call.send(match_to_pb(match))
+                await call.send(match_to_wire(match))
         finally:
             aclose = getattr(matches, "aclose", None)
             if aclose is not None:
@@ -223,7 +230,7 @@ class Service:
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError, InvalidArgument):
                 await watcher
-        await call.send(pb.ExecEvent(exit=exit_to_pb(result)))
+        await call.send(pb.ExecEvent(exit=exit_to_wire(result)))
 
 
 Handler = Callable[[Service, bytes, Call], Awaitable[None]]

@@ -33,10 +33,10 @@ from typing import Final, Self, cast
 import asyncssh
 from asyncssh.stream import SSHServerStreamSession
 from google.protobuf.message import Message as ProtoMessage
+from opsbroker.v1.codec import error_to_wire
 
 from operations import Aborted, Backend, InvalidArgument, KillReason, OpsError
 
-from ._convert import error_to_pb
 from ._service import METHODS, Service
 from ._sftp import BackendSFTPServer
 from ._sshframe import (
@@ -527,7 +527,7 @@ class _Session(asyncssh.SSHServerSession[bytes]):
             self._task = None
         if self._chan is None or self._chan.is_closing():
             return
-        detail = b"" if error is None else error_to_pb(error).SerializeToString()
+        detail = b"" if error is None else error_to_wire(error).SerializeToString()
         self._chan.write(self._frames.send(End(detail)))
         self._maybe_next_call()
         if self._frames.closed_by_peer:
