@@ -6,9 +6,12 @@ import asyncio
 import os
 import shutil
 import signal
+import stat
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import asyncssh
 import pytest
 
 from broker import Broker
@@ -209,3 +212,51 @@ async def test_killing_the_client_kills_the_command_tree(setup: SSHSetup) -> Non
         proc.send_signal(signal.SIGKILL)
         await proc.wait()
     assert await wait_for(lambda: pids_with(mark) == [], 1.0), pids_with(mark)
+
+
+async def test_opsbroker_serve_ssh(tmp_path: Path, dirs: tuple[str, str]) -> None:
+    """``opsbroker serve --ssh`` alone serves SSH (no gRPC), with a generated private host key."""
+    root, _ = dirs
+    client_key, authorized = make_keys(tmp_path / "keys")
+    host_key = tmp_path / "state" / "host_key"
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([os.getcwd(), os.path.join(os.getcwd(), "proto")]),
+    }
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "broker._cli",
+        "serve",
+        "--root",
+        root,
+        "--ssh",
+        "127.0.0.1:0",
+        "--ssh-authorized-keys",
+        str(authorized),
+        "--ssh-host-key",
+        str(host_key),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+        env=env,
+    )
+    try:
+        assert proc.stdout is not None
+        async with asyncio.timeout(20):
+            lines = []
+            while not lines or "principals" not in lines[-1]:
+                lines.append((await proc.stdout.readline()).decode())
+                assert lines[-1], "the broker exited early"
+        assert not any("grpc" in line for line in lines)
+        port = int(lines[0].rsplit(":", 1)[1])
+        public = asyncssh.read_private_key(host_key).export_public_key().decode().strip()
+        known_hosts = tmp_path / "known_hosts"
+        known_hosts.write_text(f"[127.0.0.1]:{port} {public}\n")
+        setup = SSHSetup(None, client_key, authorized, host_key, known_hosts, port)  # type: ignore[arg-type]
+        assert await ssh(setup, "echo hi") == (0, "hi\n", "")
+        assert stat.S_IMODE(host_key.stat().st_mode) == 0o600
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(20):
+            await proc.wait()
