@@ -186,13 +186,27 @@ class SSHServerOptions:
     max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
 
 
-class SSHFrontend:
-    """A running SSH front-end. ``port`` is the bound port; close with :meth:`aclose`."""
+Guard = Callable[[Backend, str, "str | None"], Backend]
+"""Builds the backend one connection uses from the core, its principal and its peer address
+(e.g. policy and audit around the core, with ``transport="ssh"``)."""
 
-    def __init__(self, backend: Backend, options: SSHServerOptions) -> None:
+
+class SSHFrontend:
+    """A running SSH front-end. ``port`` is the bound port; close with :meth:`aclose`.
+
+    Args:
+        backend: what every connection works on.
+        options: keys, timeouts and limits.
+        guard: if given, each authenticated connection works on ``guard(backend, principal,
+            peer)`` instead (where policy and audit attach); by default on ``backend`` itself.
+    """
+
+    def __init__(
+        self, backend: Backend, options: SSHServerOptions, *, guard: Guard | None = None
+    ) -> None:
         self.backend = backend
         self.options = options
-        self.service = Service(backend)
+        self.guard = guard
         self.authorized_keys = AuthorizedKeys(options.authorized_keys)
         self.host_key = load_or_create_host_key(options.host_key)
         self._acceptor: asyncssh.SSHAcceptor | None = None
@@ -243,10 +257,15 @@ class SSHFrontend:
 
 
 async def start_ssh_server(
-    backend: Backend, options: SSHServerOptions, host: str = "127.0.0.1", port: int = 0
+    backend: Backend,
+    options: SSHServerOptions,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    guard: Guard | None = None,
 ) -> SSHFrontend:
     """Serve ``backend`` over SSH on ``host:port`` (port 0 picks a free port)."""
-    frontend = SSHFrontend(backend, options)
+    frontend = SSHFrontend(backend, options, guard=guard)
     await frontend.start(host, port)
     return frontend
 
@@ -258,6 +277,20 @@ class _BrokerServer(asyncssh.SSHServer):
         self.frontend = frontend
         self.principal: str | None = None
         self.conn: asyncssh.SSHServerConnection | None = None
+        self._service: Service | None = None
+
+    @property
+    def service(self) -> Service:
+        """The calls of this connection, on its (guarded) backend; built once, after auth."""
+        if self._service is None:
+            backend = self.frontend.backend
+            if self.frontend.guard is not None:
+                assert self.principal is not None and self.conn is not None
+                peer = self.conn.get_extra_info("peername")
+                where = f"{peer[0]}:{peer[1]}" if peer else None
+                backend = self.frontend.guard(backend, self.principal, where)
+            self._service = Service(backend)
+        return self._service
 
     def connection_made(self, conn: asyncssh.SSHServerConnection) -> None:
         self.conn = conn
@@ -333,7 +366,7 @@ class _Session(asyncssh.SSHServerSession[bytes]):
         if subsystem == "sftp":
             assert self._chan is not None
             self._mode = "sftp"
-            backend = self._frontend.backend
+            backend = self._server.service.backend
             self._sftp = SSHServerStreamSession(
                 None,
                 lambda chan: BackendSFTPServer(
@@ -417,7 +450,7 @@ class _Session(asyncssh.SSHServerSession[bytes]):
     async def _run_command(self, command: str) -> None:
         chan = self._chan
         assert chan is not None
-        backend = self._frontend.backend
+        backend = self._server.service.backend
 
         async def on_data(data: bytes) -> None:
             chan.write(data)
@@ -509,7 +542,7 @@ class _Session(asyncssh.SSHServerSession[bytes]):
             handler = METHODS.get(method)
             if handler is None:
                 raise InvalidArgument(op, None, f"unknown method {method!r}")
-            await handler(self._frontend.service, first, call)
+            await handler(self._server.service, first, call)
         except OpsError as exc:
             error = exc
         except asyncio.CancelledError:

@@ -68,9 +68,11 @@ async def serve_over_ssh(
 ) -> AsyncIterator[SSHSetup]:
     client_key, authorized = make_keys(keys)
     host_key = keys / "host_ed25519"
+    guard = options.pop("guard", None)
     frontend = await start_ssh_server(
         backend,
         SSHServerOptions(authorized_keys=authorized, host_key=host_key, **options),  # type: ignore[arg-type]
+        guard=guard,  # type: ignore[arg-type]
     )
     try:
         known_hosts = keys / "known_hosts"

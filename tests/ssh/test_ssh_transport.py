@@ -29,6 +29,7 @@ from broker._frontends._sshframe import (
 from broker._frontends.ssh import NO_SHELL_MESSAGE, load_or_create_host_key
 from operations import (
     AbortController,
+    Backend,
     EscapesRoot,
     ExecResult,
     InvalidArgument,
@@ -382,3 +383,25 @@ async def test_escape_attempts_leave_the_outside_untouched(
             with pytest.raises(EscapesRoot):
                 await client.remove(path)
     assert tree_digest(outside) == before
+
+
+async def test_each_connection_works_on_its_guarded_backend(
+    tmp_path: Path, dirs: tuple[str, str]
+) -> None:
+    root, _ = dirs
+    seen: list[tuple[str, str | None]] = []
+
+    def guard(core: Backend, principal: str, peer: str | None) -> Backend:
+        seen.append((principal, peer))
+        return core
+
+    async with (
+        Broker(root) as broker,
+        serve_over_ssh(broker, tmp_path / "keys", guard=guard) as setup,
+        setup.backend() as client,
+    ):
+        await asyncio.gather(*(client.exists(root) for _ in range(5)))
+        async with setup.raw() as conn:
+            assert (await conn.run("true")).exit_status == 0
+    assert [principal for principal, _ in seen] == ["agent@test", "agent@test"]
+    assert all(peer is not None and peer.startswith("127.0.0.1:") for _, peer in seen)
