@@ -72,6 +72,16 @@ SUBSYSTEM: Final = "opsbroker"
 CANCEL_WAIT_S: Final = 10.0
 """How long a cancelled call waits for the broker to confirm (kill grace 5 s, plus margin)."""
 
+PREFERRED_CIPHERS: Final = (
+    "aes128-gcm@openssh.com",
+    "aes256-gcm@openssh.com",
+    "chacha20-poly1305@openssh.com",
+    "aes128-ctr",
+    "aes256-ctr",
+)
+"""Cipher preference: AES-GCM is one hardware-accelerated call per packet (asyncssh's default,
+ChaCha20-Poly1305, costs about 40% more per call here). Override with ``encryption_algs=``."""
+
 MAX_IDLE_CHANNELS: Final = 16
 """Channels kept open for reuse; more concurrent calls open more, and close them afterwards."""
 
@@ -86,6 +96,7 @@ class _ChannelSession(asyncssh.SSHClientSession[bytes]):
         self.writable.set()
         self.chan: asyncssh.SSHClientChannel[bytes] | None = None
         self.broken = False
+        self.prefix = b""  # frames to send before the next request (a deferred END_OF_INPUT)
 
     def connection_made(self, chan: asyncssh.SSHClientChannel[bytes]) -> None:
         self.chan = chan
@@ -178,7 +189,6 @@ class _Call:
             return event.message
         assert isinstance(event, End)
         self.ended = True
-        self.end_input()
         if event.ok:
             return None
         detail = pb.ErrorDetail()
@@ -279,7 +289,7 @@ class SSHBackend:
                     password=None,
                     kbdint_auth=False,
                     encoding=None,
-                    **self._options,
+                    **{"encryption_algs": PREFERRED_CIPHERS, **self._options},
                 )
             except asyncssh.HostKeyNotVerifiable as exc:
                 raise Unauthenticated("connect", where, f"host key not trusted: {exc}") from None
@@ -339,11 +349,14 @@ class SSHBackend:
         reusable = (
             not session.broken
             and not self._closed
-            and frames.our_state is State.DONE
             and frames.their_state is State.DONE
             and len(self._idle) < MAX_IDLE_CHANNELS
         )
-        if reusable:
+        if reusable and frames.our_state is State.SEND:
+            # The call ended while we could still send (exec): finish our half with the next
+            # request on this channel, in the same packet, instead of one packet of its own.
+            session.prefix = frames.send(EndOfInput())
+        if reusable and frames.our_state is State.DONE and frames.their_state is State.DONE:
             frames.start_next_call()
             self._idle.append(session)
         else:
@@ -356,7 +369,8 @@ class SSHBackend:
         op = _OPS[method]
         session = await self._channel(op, path)
         call = _Call(session, op, path)
-        data = session.frames.send(Request(method, request.SerializeToString()))
+        data = session.prefix + session.frames.send(Request(method, request.SerializeToString()))
+        session.prefix = b""
         if not streaming_input:
             data += session.frames.send(EndOfInput())
         session.write(data)

@@ -79,6 +79,9 @@ KEEPALIVE_COUNT_MAX: Final = 3
 INBOUND_HIGH_WATER: Final = 64
 """Buffered client messages (64 KiB chunks) at which a channel stops reading: backpressure."""
 
+COALESCE_BYTES: Final = 256 * 1024
+"""Queued reply bytes that are written at once instead of at the end of the loop iteration."""
+
 INBOUND_LOW_WATER: Final = 16
 """Buffered client messages at which a paused channel reads again."""
 
@@ -341,6 +344,8 @@ class _Session(asyncssh.SSHServerSession[bytes]):
         self._inbound: asyncio.Queue[bytes | None] = asyncio.Queue()
         self._read_paused = False
         self._cancel_requested = False
+        self._pending: list[bytes] = []
+        self._pending_bytes = 0
 
     # -- channel hooks --
 
@@ -527,9 +532,24 @@ class _Session(asyncssh.SSHServerSession[bytes]):
             self._chan.resume_reading()
         return item
 
+    def _write(self, data: bytes) -> None:
+        """Queue frame bytes; they leave together at the end of this loop iteration (a reply and
+        its END share one SSH packet), or at once when :data:`COALESCE_BYTES` are waiting."""
+        if not self._pending:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._pending.append(data)
+        self._pending_bytes += len(data)
+        if self._pending_bytes >= COALESCE_BYTES:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._pending and self._chan is not None and not self._chan.is_closing():
+            self._chan.write(b"".join(self._pending))
+        self._pending.clear()
+        self._pending_bytes = 0
+
     async def _send(self, message: ProtoMessage) -> None:
-        assert self._chan is not None
-        self._chan.write(self._frames.send(Message(message.SerializeToString())))
+        self._write(self._frames.send(Message(message.SerializeToString())))
         await self._drain()
 
     async def _run_call(
@@ -561,9 +581,10 @@ class _Session(asyncssh.SSHServerSession[bytes]):
         if self._chan is None or self._chan.is_closing():
             return
         detail = b"" if error is None else error_to_wire(error).SerializeToString()
-        self._chan.write(self._frames.send(End(detail)))
+        self._write(self._frames.send(End(detail)))
         self._maybe_next_call()
         if self._frames.closed_by_peer:
+            self._flush()
             self._chan.close()
 
 
