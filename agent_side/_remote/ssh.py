@@ -83,6 +83,12 @@ PREFERRED_CIPHERS: Final = (
 ChaCha20-Poly1305, costs about 40% more per call here). Override with ``encryption_algs=``."""
 
 MAX_IDLE_CHANNELS: Final = 16
+
+CHANNEL_WINDOW: Final = 8 * 1024 * 1024
+"""Bytes the broker may send on a channel before we acknowledge: room for a fast stream."""
+
+CHANNEL_MAX_PACKET: Final = 256 * 1024
+"""Largest SSH packet we accept: fewer packets per MiB (the broker accepts as much)."""
 """Channels kept open for reuse; more concurrent calls open more, and close them afterwards."""
 
 
@@ -338,6 +344,8 @@ class SSHBackend:
                 lambda: _ChannelSession(self._max_frame_size),
                 subsystem=SUBSYSTEM,
                 encoding=None,
+                window=CHANNEL_WINDOW,
+                max_pktsize=CHANNEL_MAX_PACKET,
             )
         except (OSError, asyncssh.Error) as exc:
             raise Unavailable(op, path, f"cannot open an SSH channel: {exc}") from None

@@ -76,6 +76,13 @@ KEEPALIVE_INTERVAL_S: Final = 15.0
 KEEPALIVE_COUNT_MAX: Final = 3
 """Unanswered keepalives before the connection is dropped (about 45 s with the interval above)."""
 
+CHANNEL_WINDOW: Final = 8 * 1024 * 1024
+"""Bytes a client may send on a channel before we acknowledge: room for a fast stream."""
+
+CHANNEL_MAX_PACKET: Final = 256 * 1024
+"""Largest SSH packet we accept on a channel: fewer packets (and fewer asyncssh steps) per MiB.
+Peers that announce less (OpenSSH: 32 KiB) are sent packets of their size."""
+
 INBOUND_HIGH_WATER: Final = 64
 """Buffered client messages (64 KiB chunks) at which a channel stops reading: backpressure."""
 
@@ -225,6 +232,8 @@ class SSHFrontend:
             keepalive_interval=self.options.keepalive_interval,
             keepalive_count_max=KEEPALIVE_COUNT_MAX,
             encoding=None,
+            window=CHANNEL_WINDOW,
+            max_pktsize=CHANNEL_MAX_PACKET,
             allow_pty=False,
             x11_forwarding=False,
             agent_forwarding=False,
