@@ -249,7 +249,7 @@ class BrokerServer:
         server, self._server = self._server, None
         ssh, self._ssh = self._ssh, []
         for frontend in ssh:
-            await frontend.aclose()
+            await frontend.aclose(self.config.shutdown_grace if grace is None else grace)
         if server is None:
             if ssh and self._owns_backend and self._backend is not None:
                 await self._backend.aclose()

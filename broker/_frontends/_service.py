@@ -27,13 +27,23 @@ from opsbroker.v1.codec import (
     stat_to_wire,
 )
 
-from operations import AbortController, Backend, InvalidArgument, TooLarge
+from operations import (
+    AbortController,
+    Backend,
+    ExecResult,
+    InvalidArgument,
+    KillReason,
+    TooLarge,
+)
 
 from ._chunked import read_chunks, write_chunks
 
 __all__ = ["DEFAULT_MAX_UPLOAD_BYTES", "METHODS", "Call", "Service"]
 
 M = TypeVar("M", bound=ProtoMessage)
+
+SHUTDOWN: Final = object()
+"""The abort reason of commands killed because the broker stops (reported as ``SHUTDOWN``)."""
 
 DEFAULT_MAX_UPLOAD_BYTES: Final = 1024 * 1024 * 1024
 """Most bytes one WriteFile may stream in: the broker buffers a file before its atomic write."""
@@ -78,6 +88,14 @@ class Service:
     def __init__(self, backend: Backend, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES):
         self.backend = backend
         self.max_upload_bytes = max_upload_bytes
+        self._running: set[AbortController] = set()
+
+    def kill_running(self) -> int:
+        """Abort every running command (the broker stops); their callers see ``SHUTDOWN``."""
+        running = list(self._running)
+        for controller in running:
+            controller.abort(SHUTDOWN)
+        return len(running)
 
     async def Capabilities(self, request: bytes, call: Call) -> None:
         await call.send(
@@ -217,6 +235,7 @@ class Service:
                 await call.send(pb.ExecEvent(output=chunk))
 
         watcher = asyncio.create_task(watch_input())
+        self._running.add(controller)
         try:
             result = await ops.exec(
                 req.command,
@@ -227,9 +246,12 @@ class Service:
                 env=dict(req.env) if req.env else None,
             )
         finally:
+            self._running.discard(controller)
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError, InvalidArgument):
                 await watcher
+        if result.kill_reason is KillReason.ABORTED and controller.signal.reason is SHUTDOWN:
+            result = ExecResult(None, KillReason.SHUTDOWN)
         await call.send(pb.ExecEvent(exit=exit_to_wire(result)))
 
 

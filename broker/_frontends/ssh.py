@@ -24,7 +24,7 @@ import logging
 import os
 import re
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -72,6 +72,9 @@ LOGIN_TIMEOUT_S: Final = 30.0
 
 KEEPALIVE_INTERVAL_S: Final = 15.0
 """Keepalive probe period: a client that vanished without a FIN is noticed and its calls killed."""
+
+SHUTDOWN_GRACE_S: Final = 5.0
+"""How long a stopping front-end lets killed commands report ``SHUTDOWN`` before it hangs up."""
 
 KEEPALIVE_COUNT_MAX: Final = 3
 """Unanswered keepalives before the connection is dropped (about 45 s with the interval above)."""
@@ -221,6 +224,8 @@ class SSHFrontend:
         self.host_key = load_or_create_host_key(options.host_key)
         self._acceptor: asyncssh.SSHAcceptor | None = None
         self._connections: set[asyncssh.SSHServerConnection] = set()
+        self._servers: set[_BrokerServer] = set()
+        self._calls: set[asyncio.Task[None]] = set()
 
     async def start(self, host: str, port: int) -> None:
         self._acceptor = await asyncssh.create_server(
@@ -245,12 +250,19 @@ class SSHFrontend:
         assert self._acceptor is not None, "the front-end is not started"
         return int(self._acceptor.get_port())
 
-    async def aclose(self) -> None:
-        """Stop listening and drop every connection (their running calls are cancelled)."""
+    async def aclose(self, grace: float = SHUTDOWN_GRACE_S) -> None:
+        """Stop: refuse new connections, kill running commands (their callers see
+        ``SHUTDOWN``), let the calls end for up to ``grace`` seconds, then drop every connection
+        (which cancels whatever still runs). Idempotent."""
         if self._acceptor is not None:
             self._acceptor.close()
             await self._acceptor.wait_closed()
             self._acceptor = None
+        for server in list(self._servers):
+            if server._service is not None:
+                server._service.kill_running()
+        if self._calls:
+            await asyncio.wait(list(self._calls), timeout=grace)
         for conn in list(self._connections):
             conn.close()
         for conn in list(self._connections):
@@ -307,12 +319,14 @@ class _BrokerServer(asyncssh.SSHServer):
     def connection_made(self, conn: asyncssh.SSHServerConnection) -> None:
         self.conn = conn
         self.frontend._connections.add(conn)
+        self.frontend._servers.add(self)
         sock = conn.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             # Without it, small request/response exchanges stall on delayed ACKs.
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.frontend._servers.discard(self)
         if self.conn is not None:
             self.frontend._connections.discard(self.conn)
 
@@ -442,9 +456,12 @@ class _Session(asyncssh.SSHServerSession[bytes]):
 
     # -- tasks --
 
-    def _start(self, coro: Awaitable[None]) -> None:
+    def _start(self, coro: Coroutine[object, object, None]) -> None:
         assert self._task is None
-        self._task = asyncio.ensure_future(coro)
+        self._task = task = asyncio.ensure_future(coro)
+        calls = self._frontend._calls
+        calls.add(task)
+        task.add_done_callback(calls.discard)
 
     def _cancel(self) -> None:
         if self._task is not None and not self._task.done():

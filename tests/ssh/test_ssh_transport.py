@@ -38,6 +38,7 @@ from operations import (
     NotFound,
     OpsError,
     Unauthenticated,
+    Unavailable,
 )
 from tests.conformance._workspace import DiskWorkspace, tree_digest
 from tests.ssh._harness import SSHSetup, broker_over_ssh, make_keys, serve_over_ssh
@@ -405,3 +406,18 @@ async def test_each_connection_works_on_its_guarded_backend(
             assert (await conn.run("true")).exit_status == 0
     assert [principal for principal, _ in seen] == ["agent@test", "agent@test"]
     assert all(peer is not None and peer.startswith("127.0.0.1:") for _, peer in seen)
+
+
+async def test_stopping_the_front_end_kills_commands_with_reason_shutdown(
+    tmp_path: Path, dirs: tuple[str, str]
+) -> None:
+    root, _ = dirs
+    mark = marker()
+    async with broker_over_ssh(tmp_path, root) as (setup, client):
+        task = asyncio.create_task(client.exec(f"sleep {mark}", root, on_data=lambda b: None))
+        assert await wait_for(lambda: len(pids_with(mark)) == 1, 5)
+        await setup.frontend.aclose()
+        assert await task == ExecResult(None, KillReason.SHUTDOWN)
+        assert pids_with(mark) == []
+        with pytest.raises(Unavailable):
+            await client.exists(root)
