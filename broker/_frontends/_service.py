@@ -20,6 +20,7 @@ from opsbroker.v1 import broker_pb2 as pb
 from opsbroker.v1.codec import (
     CHUNK_BYTES,
     batches,
+    capabilities_to_wire,
     chunks,
     entry_to_wire,
     exit_to_wire,
@@ -98,13 +99,9 @@ class Service:
         return len(running)
 
     async def Capabilities(self, request: bytes, call: Call) -> None:
-        await call.send(
-            pb.CapabilitiesReply(
-                version=_VERSION,
-                root=self.backend.root,
-                limits=pb.Limits(chunk_bytes=CHUNK_BYTES),
-            )
-        )
+        describe = getattr(self.backend, "capabilities", None)
+        info = describe() if callable(describe) else {}
+        await call.send(capabilities_to_wire(_VERSION, self.backend.root, info))
 
     async def ReadFile(self, request: bytes, call: Call) -> None:
         path = parse(pb.PathRequest, request, "read_file").path

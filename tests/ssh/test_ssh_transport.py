@@ -421,3 +421,11 @@ async def test_stopping_the_front_end_kills_commands_with_reason_shutdown(
         assert pids_with(mark) == []
         with pytest.raises(Unavailable):
             await client.exists(root)
+
+
+async def test_capabilities_describe_the_core(tmp_path: Path, dirs: tuple[str, str]) -> None:
+    root, _ = dirs
+    async with broker_over_ssh(tmp_path, root) as (_, client):
+        reply = await client._unary("Capabilities", pb.CapabilitiesRequest(), pb.CapabilitiesReply)
+        assert reply.root == root and reply.resolver in ("openat2", "walk")
+        assert reply.limits.chunk_bytes == 64 * 1024

@@ -6,8 +6,8 @@ so a value means the same thing whichever way it travelled. Nothing here does I/
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
-from typing import TypeVar
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, TypeVar
 
 from operations import (
     ERROR_TYPES,
@@ -29,6 +29,7 @@ __all__ = [
     "ERROR_METADATA_KEY",
     "LIST_BATCH_BYTES",
     "batches",
+    "capabilities_to_wire",
     "chunks",
     "entry_from_wire",
     "entry_to_wire",
@@ -170,3 +171,21 @@ def batches(items: Iterable[T], name: Callable[[T], str] = str) -> Iterator[list
             batch, size = [], 0
     if batch:
         yield batch
+
+
+def capabilities_to_wire(version: str, root: str, info: Mapping[str, Any]) -> pb.CapabilitiesReply:
+    """The Capabilities reply from what a backend reports about itself (``capabilities()``:
+    ``resolver``, ``cgroup_kill``, ``sandbox``, ``powershell``, ``limits``)."""
+    limits = pb.Limits(chunk_bytes=CHUNK_BYTES)
+    for key, value in dict(info.get("limits") or {}).items():
+        if value is not None and key in pb.Limits.DESCRIPTOR.fields_by_name:
+            setattr(limits, key, value)
+    return pb.CapabilitiesReply(
+        version=version,
+        root=root,
+        resolver=str(info.get("resolver", "")),
+        cgroup_kill=bool(info.get("cgroup_kill", False)),
+        sandbox=bool(info.get("sandbox", False)),
+        powershell=bool(info.get("powershell", False)),
+        limits=limits,
+    )
