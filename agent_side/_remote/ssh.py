@@ -55,6 +55,7 @@ from operations import (
     ExecResult,
     FileStat,
     InvalidArgument,
+    KillReason,
     OnData,
     OpsError,
     PowerShellOperations,
@@ -533,6 +534,8 @@ class SSHBackend:
     ) -> ExecResult:
         if timeout is not None and timeout < 0:
             raise InvalidArgument("exec", None, f"`timeout` must be non-negative, got {timeout}")
+        if signal is not None and signal.aborted:
+            return ExecResult(None, KillReason.ABORTED)  # aborted before it started: run nothing
         start = pb.ExecRequest(command=command, cwd=cwd, shell=shell, timeout=timeout, env=env)
         result: ExecResult | None = None
         async with self._call("Exec", pb.ExecInput(start=start), cwd, streaming_input=True) as call:
