@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import posixpath
 import stat as st
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Final, NoReturn
@@ -74,6 +75,19 @@ def _sftp_error(exc: OpsError) -> asyncssh.SFTPError:
     if isinstance(exc, NotADirectory):
         return asyncssh.SFTPNotADirectory(reason)
     return asyncssh.SFTPFailure(reason)
+
+
+def _closed_by_session_end() -> bool:
+    """Whether asyncssh calls ``close`` while cleaning up an ended session (files the client
+    never closed), rather than for the client's CLOSE request.
+
+    asyncssh closes every open file when the session ends; writing those back would commit a
+    truncated upload as if it were complete. asyncssh exposes no flag for this, so look at the
+    caller: its session ``_cleanup`` (asyncssh 2.x). If that ever changes, uploads that end
+    without CLOSE are committed as before, never the reverse.
+    """
+    caller = sys._getframe(2)
+    return caller.f_code.co_name == "_cleanup"
 
 
 def _refuse(what: str) -> NoReturn:
@@ -159,6 +173,8 @@ class BackendSFTPServer(asyncssh.SFTPServer):
 
     async def close(self, file_obj: object) -> None:
         assert isinstance(file_obj, _OpenFile)
+        if _closed_by_session_end():
+            return  # the client went away without closing: an unfinished upload is dropped
         if file_obj.writable and file_obj.dirty:
             file_obj.dirty = False
             try:

@@ -449,3 +449,23 @@ async def test_long_lines_and_the_frame_limit(tmp_path: Path, dirs: tuple[str, s
     async with broker_over_ssh(tmp_path / "default", root) as (_, client):
         (match,) = [m async for m in client.search("needle", root)]
         assert match.line_text is not None and len(match.line_text) == 300_007
+
+
+async def test_sftp_upload_without_close_is_not_committed(
+    tmp_path: Path, dirs: tuple[str, str]
+) -> None:
+    root, _ = dirs
+    async with (
+        Broker(root) as broker,
+        serve_over_ssh(broker, tmp_path / "keys") as setup,
+    ):
+        async with setup.raw() as conn, conn.start_sftp_client() as sftp:
+            async with sftp.open("done.txt", "wb") as done:
+                await done.write(b"complete")
+            unfinished = await sftp.open("partial.txt", "wb")
+            await unfinished.write(b"half of it")
+            assert await sftp.listdir(".")
+        # The connection ended with partial.txt still open.
+        assert await wait_for(lambda: not setup.frontend._connections, 5)
+    assert (tmp_path / "ROOT" / "done.txt").read_bytes() == b"complete"
+    assert not (tmp_path / "ROOT" / "partial.txt").exists()
