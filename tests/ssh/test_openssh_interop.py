@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import signal
@@ -219,6 +220,7 @@ async def test_opsbroker_serve_ssh(tmp_path: Path, dirs: tuple[str, str]) -> Non
     root, _ = dirs
     client_key, authorized = make_keys(tmp_path / "keys")
     host_key = tmp_path / "state" / "host_key"
+    audit = tmp_path / "audit.jsonl"
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([os.getcwd(), os.path.join(os.getcwd(), "proto")]),
@@ -236,6 +238,8 @@ async def test_opsbroker_serve_ssh(tmp_path: Path, dirs: tuple[str, str]) -> Non
         str(authorized),
         "--ssh-host-key",
         str(host_key),
+        "--audit-log",
+        str(audit),
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.DEVNULL,
@@ -256,6 +260,11 @@ async def test_opsbroker_serve_ssh(tmp_path: Path, dirs: tuple[str, str]) -> Non
         setup = SSHSetup(None, client_key, authorized, host_key, known_hosts, port)  # type: ignore[arg-type]
         assert await ssh(setup, "echo hi") == (0, "hi\n", "")
         assert stat.S_IMODE(host_key.stat().st_mode) == 0o600
+        records = [json.loads(line) for line in audit.read_text().splitlines()]
+        assert any(
+            (r.get("transport"), r.get("principal"), r.get("op")) == ("ssh", "agent@test", "exec")
+            for r in records
+        ), records
     finally:
         proc.send_signal(signal.SIGTERM)
         async with asyncio.timeout(20):
