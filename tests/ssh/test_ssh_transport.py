@@ -469,3 +469,22 @@ async def test_sftp_upload_without_close_is_not_committed(
         assert await wait_for(lambda: not setup.frontend._connections, 5)
     assert (tmp_path / "ROOT" / "done.txt").read_bytes() == b"complete"
     assert not (tmp_path / "ROOT" / "partial.txt").exists()
+
+
+async def test_a_client_that_does_not_log_in_is_dropped(
+    tmp_path: Path, dirs: tuple[str, str]
+) -> None:
+    root, _ = dirs
+    async with (
+        Broker(root) as broker,
+        serve_over_ssh(broker, tmp_path / "keys", login_timeout=0.5) as setup,
+    ):
+        reader, writer = await asyncio.open_connection("127.0.0.1", setup.port)
+        try:
+            assert (await reader.readline()).startswith(b"SSH-2.0-")
+            writer.write(b"SSH-2.0-silent\r\n")  # then say nothing more
+            async with asyncio.timeout(5):
+                while await reader.read(65536):
+                    pass  # the server's key exchange offer, then EOF
+        finally:
+            writer.close()
