@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import importlib
 import os
 import stat as st
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Self
 
 from operations import (
     AbortSignal,
     DirEntry,
+    EscapesRoot,
     ExecResult,
     FileKind,
     FileStat,
@@ -83,6 +85,17 @@ def _read_fd(fd: int, limit: int, size: int = -1) -> bytes:
             raise OverflowError
 
 
+def _forget(threads: set[asyncio.Future[None]]) -> Callable[[asyncio.Future[None]], None]:
+    """A done-callback: drop a finished thread job (and retrieve its error, so none is logged)."""
+
+    def done(future: asyncio.Future[None]) -> None:
+        threads.discard(future)
+        if not future.cancelled():
+            future.exception()
+
+    return done
+
+
 def image_mime_type(head: bytes) -> str | None:
     """The image type that ``head`` (a file's first bytes) starts with, by magic number."""
     if head.startswith(b"\x89PNG\r\n\x1a\n"):
@@ -124,6 +137,7 @@ class Broker:
         self._fsync = fsync
         self._use_rg = _rg.usable() if search_engine == "auto" else search_engine == "rg"
         self._processes: Any = None
+        self._threads: set[asyncio.Future[None]] = set()
         self._closed = False
 
     # --- identity -----------------------------------------------------------------------------
@@ -154,6 +168,8 @@ class Broker:
         self._closed = True
         if self._processes is not None:
             await self._processes.aclose()
+        if self._threads:
+            await asyncio.gather(*self._threads, return_exceptions=True)
         self._root.close()
 
     async def __aenter__(self) -> Self:
@@ -171,15 +187,20 @@ class Broker:
 
     async def read_file(self, path: str) -> bytes:
         fd, info = self._root.open_file("read_file", path)
+        if info.st_size > INLINE_READ_BYTES:
+            # The thread owns the fd from here: a cancelled caller must not close it under it.
+            return await _treewalk.run_in_thread(
+                functools.partial(self._read_and_close, path, fd, info.st_size)
+            )
+        return self._read_and_close(path, fd, info.st_size)
+
+    def _read_and_close(self, path: str, fd: int, size: int) -> bytes:
         try:
-            if info.st_size > self._max_read:
+            if size > self._max_read:
                 raise self._too_large(path)
-            try:
-                if info.st_size <= INLINE_READ_BYTES:
-                    return _read_fd(fd, self._max_read, info.st_size)
-                return await asyncio.to_thread(_read_fd, fd, self._max_read)
-            except OverflowError:
-                raise self._too_large(path) from None
+            return _read_fd(fd, self._max_read, size)
+        except OverflowError:
+            raise self._too_large(path) from None
         finally:
             os.close(fd)
 
@@ -199,10 +220,10 @@ class Broker:
     async def exists(self, path: str) -> bool:
         try:
             self._root.stat("exists", path)
-        except (InvalidArgument, Unavailable):
+        except (InvalidArgument, Unavailable, EscapesRoot):
             raise
         except OpsError:
-            return False  # missing, dangling, a loop, or leading outside: nothing usable there
+            return False  # missing, dangling, a loop, not a directory: nothing usable there
         return True
 
     async def stat(self, path: str) -> FileStat:
@@ -231,7 +252,14 @@ class Broker:
 
     async def remove(self, path: str, *, recursive: bool = False) -> None:
         if recursive:
-            await asyncio.to_thread(self._root.remove, "remove", path, recursive=True)
+            # A big tree is removed in a thread; aclose() waits for it before closing the root
+            # fd it resolves from, even if this caller is cancelled meanwhile.
+            work = asyncio.ensure_future(
+                asyncio.to_thread(self._root.remove, "remove", path, recursive=True)
+            )
+            self._threads.add(work)
+            work.add_done_callback(_forget(self._threads))
+            await asyncio.shield(work)
         else:
             self._root.remove("remove", path)
 
@@ -244,8 +272,11 @@ class Broker:
         self, pattern: str, cwd: str, *, ignore: Sequence[str] = (), limit: int = 1000
     ) -> list[str]:
         with _treewalk.TreeAccess(self._root, "glob", cwd) as tree:
-            return await asyncio.to_thread(
-                glob_paths, tree.list_dir, tree.read_small, pattern, ignore=ignore, limit=limit
+            return await _treewalk.glob_in_thread(
+                tree,
+                lambda: glob_paths(
+                    tree.list_dir, tree.read_small, pattern, ignore=ignore, limit=limit
+                ),
             )
 
     async def search(

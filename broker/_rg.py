@@ -29,18 +29,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import os
 import shutil
-import stat
-import sys
 import sysconfig
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator
 
 from operations import SearchMatch
 from operations._search import FileFilter, LineMatcher, is_binary
 
 from . import _treewalk
+from ._landlock import (
+    ACCESS_FS_READ_DIR,
+    ACCESS_FS_READ_FILE,
+    READ,
+    Rule,
+    Ruleset,
+    landlock_abi,
+)
 
 __all__ = ["landlock_abi", "rg_path", "search", "usable"]
 
@@ -67,37 +72,6 @@ MAX_LINE_BYTES = 16 * 1024 * 1024  # one output line of rg (a matching line) at 
 SYSTEM_LIBRARY_DIRS = ("/lib", "/lib64", "/usr/lib", "/usr/lib64", "/etc/ld.so.cache")
 """What the dynamic loader needs to start rg (read and execute, nothing else)."""
 
-# Landlock uapi (linux/landlock.h)
-_SYS_CREATE_RULESET, _SYS_ADD_RULE, _SYS_RESTRICT_SELF = 444, 445, 446
-_CREATE_RULESET_VERSION = 1
-_RULE_PATH_BENEATH = 1
-_PR_SET_NO_NEW_PRIVS = 38
-_EXECUTE, _READ_FILE, _READ_DIR = 1 << 0, 1 << 2, 1 << 3
-_FS_RIGHTS_BY_ABI = {1: (1 << 13) - 1, 2: (1 << 14) - 1, 3: (1 << 15) - 1, 4: (1 << 15) - 1}
-_FS_RIGHTS_LATEST = (1 << 16) - 1  # ABI 5 added LANDLOCK_ACCESS_FS_IOCTL_DEV
-
-
-class _PathBeneath(ctypes.Structure):
-    _pack_ = 1
-    _fields_ = (("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32))
-
-
-_libc = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
-_abi: int | None = None
-
-
-def landlock_abi() -> int:
-    """The kernel's Landlock ABI version, 0 when Landlock is missing or disabled."""
-    global _abi
-    if _abi is None:
-        _abi = 0
-        if _libc is not None:
-            version = _libc.syscall(
-                _SYS_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(1)
-            )
-            _abi = max(int(version), 0)
-    return _abi
-
 
 def rg_path() -> str | None:
     """The ``rg`` from the ``ripgrep`` wheel beside this interpreter, else the one on ``PATH``."""
@@ -112,42 +86,13 @@ def usable() -> bool:
     return rg_path() is not None and landlock_abi() >= 1
 
 
-def _sandbox(read_fd: int, exec_fds: list[tuple[int, int]]) -> Callable[[], None]:
-    """A ``preexec_fn``: in the child, allow only reads beneath ``read_fd`` and executing rg."""
-    assert _libc is not None
-    libc = _libc
-    rights = _FS_RIGHTS_BY_ABI.get(landlock_abi(), _FS_RIGHTS_LATEST)
-    handled = ctypes.c_uint64(rights)
-
-    def apply() -> None:
-        if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-            raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
-        ruleset = libc.syscall(
-            _SYS_CREATE_RULESET, ctypes.byref(handled), ctypes.c_size_t(8), ctypes.c_uint32(0)
-        )
-        if ruleset < 0:
-            raise OSError(ctypes.get_errno(), "landlock_create_ruleset")
-        for fd, allowed in [(read_fd, _READ_FILE | _READ_DIR), *exec_fds]:
-            attr = _PathBeneath(allowed & rights, fd)
-            if libc.syscall(_SYS_ADD_RULE, ruleset, _RULE_PATH_BENEATH, ctypes.byref(attr), 0):
-                raise OSError(ctypes.get_errno(), "landlock_add_rule")
-        if libc.syscall(_SYS_RESTRICT_SELF, ruleset, 0) != 0:
-            raise OSError(ctypes.get_errno(), "landlock_restrict_self")
-        os.close(ruleset)
-
-    return apply
-
-
-def _open_exec_paths(rg: str) -> list[tuple[int, int]]:
-    """``(O_PATH fd, rights)`` for rg and the loader's directories; opened in the parent."""
-    found = []
-    for path in (rg, *SYSTEM_LIBRARY_DIRS):
-        with contextlib.suppress(OSError):
-            fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
-            is_dir = stat.S_ISDIR(os.fstat(fd).st_mode)
-            # Directory rights (READ_DIR) may only be granted on a directory.
-            found.append((fd, _READ_FILE | _EXECUTE | (_READ_DIR if is_dir else 0)))
-    return found
+def _ruleset(search_fd: int, rg: str) -> Ruleset:
+    """Landlock rules for one rg run: read beneath the search directory (named through its fd,
+    never by path), read and execute rg and the loader's libraries; nothing else. With ABI >= 6
+    rg also cannot signal the broker."""
+    rules = [Rule(f"/proc/self/fd/{search_fd}", ACCESS_FS_READ_FILE | ACCESS_FS_READ_DIR)]
+    rules += [Rule(path, READ) for path in (rg, *SYSTEM_LIBRARY_DIRS)]
+    return Ruleset(rules)
 
 
 async def search(
@@ -167,7 +112,7 @@ async def search(
     if ignore_case:
         flags.append("--ignore-case")
     argv = [rg, *RG_ARGS, *flags, "--regexp", matcher.pattern, "--", "./"]
-    exec_fds = _open_exec_paths(rg)
+    ruleset = _ruleset(tree.fd, rg)
     try:
         proc = await asyncio.create_subprocess_exec(
             *argv,
@@ -175,13 +120,12 @@ async def search(
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             cwd=f"/proc/self/fd/{tree.fd}",
-            preexec_fn=_sandbox(tree.fd, exec_fds),
+            preexec_fn=ruleset.preexec,
             start_new_session=True,
             limit=MAX_LINE_BYTES,
         )
     finally:
-        for fd, _ in exec_fds:
-            os.close(fd)
+        ruleset.close()
     base = path.rstrip("/")
     keep = FileFilter(glob)
     checked: dict[bytes, bool] = {}

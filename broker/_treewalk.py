@@ -17,15 +17,23 @@ import stat as st
 import threading
 from collections.abc import AsyncGenerator, Callable, Iterator
 from types import TracebackType
-from typing import Self, TypeVar
+from typing import Any, Self, TypeVar
 
 from operations import FileKind, OpsError, SearchMatch
 from operations._search import BINARY_SNIFF_BYTES, LineMatcher, search_tree
 
 from . import _openat2
-from ._resolver import Root, errno_error, list_fd
+from ._dirfd import errno_error, list_fd
+from ._resolver import Root
 
-__all__ = ["MAX_SEARCH_FILE_BYTES", "TreeAccess", "iterate_in_thread", "search"]
+__all__ = [
+    "MAX_SEARCH_FILE_BYTES",
+    "TreeAccess",
+    "glob_in_thread",
+    "iterate_in_thread",
+    "run_in_thread",
+    "search",
+]
 
 T = TypeVar("T")
 
@@ -42,7 +50,10 @@ class Stopped(Exception):
 class TreeAccess:
     """Link-free access to the tree under ``path`` (a directory beneath the root).
 
-    Use as a context manager: the directory fd is opened on entry and closed on exit.
+    Use as a context manager: the directory fd is opened on entry. Leaving the block stops any
+    walk using it; the fd is closed once the block *and* every thread that :meth:`retain`-ed it
+    are done, so a cancelled caller never leaves a thread holding a closed (and perhaps reused)
+    fd number.
     """
 
     def __init__(self, root: Root, op: str, path: str) -> None:
@@ -51,9 +62,12 @@ class TreeAccess:
         self.path = path
         self.fd = -1
         self.stopped = threading.Event()
+        self._users = 0
+        self._lock = threading.Lock()
 
     def __enter__(self) -> Self:
         self.fd = self._root.open_dir(self._op, self.path)
+        self._users = 1
         return self
 
     def __exit__(
@@ -63,9 +77,19 @@ class TreeAccess:
         tb: TracebackType | None,
     ) -> None:
         self.stopped.set()
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        self.release()
+
+    def retain(self) -> None:
+        """Keep the fd open for one more user (a thread), until its :meth:`release`."""
+        with self._lock:
+            self._users += 1
+
+    def release(self) -> None:
+        with self._lock:
+            self._users -= 1
+            if self._users == 0 and self.fd >= 0:
+                os.close(self.fd)
+                self.fd = -1
 
     def open(self, rel: str, flags: int) -> int:
         """Open ``rel`` beneath the directory without following any symlink."""
@@ -158,18 +182,25 @@ async def iterate_in_thread(
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[tuple[bool, object]] = asyncio.Queue()
 
+    def post(done: bool, item: object) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is gone: nobody is listening
+            loop.call_soon_threadsafe(queue.put_nowait, (done, item))
+
     def run() -> None:
         try:
             for item in produce():
-                loop.call_soon_threadsafe(queue.put_nowait, (False, item))
+                post(False, item)
                 if tree.stopped.is_set():
                     break
-            loop.call_soon_threadsafe(queue.put_nowait, (True, None))
+            post(True, None)
         except Stopped:
-            loop.call_soon_threadsafe(queue.put_nowait, (True, None))
+            post(True, None)
         except BaseException as exc:
-            loop.call_soon_threadsafe(queue.put_nowait, (True, exc))
+            post(True, exc)
+        finally:
+            tree.release()
 
+    tree.retain()
     worker = loop.run_in_executor(None, run)
     try:
         while True:
@@ -181,7 +212,8 @@ async def iterate_in_thread(
             yield item  # type: ignore[misc]
     finally:
         tree.stopped.set()
-        await asyncio.shield(worker)
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.shield(worker)
 
 
 async def search(
@@ -195,3 +227,33 @@ async def search(
     async with contextlib.aclosing(iterate_in_thread(tree, produce)) as matches:
         async for match in matches:
             yield match
+
+
+async def run_in_thread(fn: Callable[[], T]) -> T:
+    """Run ``fn`` in the default executor and return its result.
+
+    **Cancellation:** once submitted, the job always runs to its end, even if the caller is
+    cancelled first (``asyncio.to_thread`` would drop a job that has not started, and with it
+    the cleanup the job owns, such as closing an fd); its result or error is then discarded.
+    """
+    future = asyncio.get_running_loop().run_in_executor(None, fn)
+    future.add_done_callback(_retrieve)
+    return await asyncio.shield(future)
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()  # an abandoned job's error is not "never retrieved"
+
+
+async def glob_in_thread(tree: TreeAccess, walk: Callable[[], T]) -> T:
+    """Run ``walk`` (a blocking walk over ``tree``) in a thread that holds the tree's fd open."""
+    tree.retain()
+
+    def run() -> T:
+        try:
+            return walk()
+        finally:
+            tree.release()
+
+    return await run_in_thread(run)

@@ -7,7 +7,6 @@ each resolver.
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -79,10 +78,8 @@ async def test_bad_input_gives_typed_error(ws: Workspace, bad: str, op: str) -> 
     ws.make(["a/", "f", "src"])
     path = BAD_INPUTS[bad](ws)
     creates = op in ("write_file", "mkdir", "rename_to")
-    # The memory backend accepts non-UTF-8 names and paths longer than PATH_MAX, so there these
-    # inputs may create something; and it does not yet type a lone surrogate.
-    lenient = (creates and ("surrogate" in bad or "steps" in bad)) or bad == "lone surrogate"
-    if lenient and not isinstance(ws.ops, Broker):
+    # Known gap in the memory backend: a bytes path reaches its mkdir/remove/rename untyped.
+    if bad.startswith("bytes") and creates | (op == "remove") and not isinstance(ws.ops, Broker):
         return
     with pytest.raises(OpsError):
         await operations(ws)[op](path)
@@ -100,9 +97,8 @@ async def test_bad_input_is_invalid_argument(ws: Workspace, bad: str) -> None:
 async def test_exists_on_bad_input(ws: Workspace) -> None:
     with pytest.raises(InvalidArgument):
         await ws.ops.exists("")
-    # The broker and the memory backend refuse names that are not UTF-8; False would do too.
-    with contextlib.suppress(InvalidArgument):
-        assert await ws.ops.exists(ws.path("caf\udce9")) is False
+    with pytest.raises(InvalidArgument):  # names that are not UTF-8 are refused everywhere
+        await ws.ops.exists(ws.path("caf\udce9"))
 
 
 # --- the MCP filesystem server's CVE inputs -----------------------------------------------------
@@ -204,14 +200,6 @@ async def test_root_given_through_a_symlink(tmp_path: Path, resolver: str) -> No
 
 
 # --- Go os.Root's dedicated tests ---------------------------------------------------------------
-
-
-async def test_symlink_to_root(ws: Workspace) -> None:
-    """TestRootSymlinkToRoot: ``d/d => ..``; mkdir ``d/d/new`` lands in the root."""
-    ws.make(["d/", "d/d => .."])
-    await ws.ops.mkdir(ws.path("d/d/new"))
-    assert ws.is_dir_raw("new")
-    assert sorted(await ws.ops.readdir(ws.path("d/d"))) == ["d", "new"]
 
 
 async def test_remove_root_and_dot(ws: Workspace) -> None:

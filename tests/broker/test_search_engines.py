@@ -1,0 +1,158 @@
+"""The two search engines of the broker agree, and the ``rg`` one is really kept inside.
+
+``rg`` runs under a Landlock ruleset (``broker._rg``); the fd-based Python walk
+(``broker._treewalk``) is the fallback. Where this kernel has no Landlock the rg tests check only
+that the broker does not pick rg, and say so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+from pathlib import Path
+
+import anyio
+import pytest
+
+from broker import Broker
+from broker._rg import _ruleset, rg_path, usable
+
+PATTERNS = [
+    ("needle", {}),
+    ("^start", {}),
+    ("end$", {}),
+    (r"\bword\b", {}),
+    (r"n[ae]+dle\d*", {}),
+    ("NEEDLE", {"ignore_case": True}),
+    ("a.b(c", {"literal": True}),
+    ("(?<=pre)fix", {}),  # look-behind: rg refuses it, the broker falls back to the walk
+    (r"caf\u00e9", {}),
+]
+
+
+def make_tree(root: Path) -> None:
+    (root / "src" / "deep").mkdir(parents=True)
+    (root / ".hidden").mkdir()
+    (root / "ignored").mkdir()
+    (root / ".gitignore").write_text("ignored/\n*.log\n")
+    (root / "a.txt").write_text("needle one\nstart here\nthe end\nword words\n")
+    (root / "src" / "b.py").write_text("x = 1\r\nneedle2 = 'NeEdLe'\r\nend\r\n")
+    (root / "src" / "deep" / "c.md").write_text("a.b(c literal\nprefix and fix\ncafé\n")
+    (root / ".hidden" / "h.txt").write_text("needle hidden\n")
+    (root / "ignored" / "i.txt").write_text("needle ignored\n")
+    (root / "x.log").write_text("needle log\n")
+    (root / "bin.dat").write_bytes(b"needle\0binary\n")
+    (root / "link.txt").symlink_to("a.txt")
+    (root / "naedle3").write_text("naaedle3 start\n")
+
+
+@pytest.mark.parametrize(("pattern", "options"), PATTERNS, ids=[p for p, _ in PATTERNS])
+@pytest.mark.parametrize("glob", [None, "*.py", "!*.txt"])
+async def test_engines_agree(
+    tmp_path: Path, pattern: str, options: dict[str, bool], glob: str | None
+) -> None:
+    root = tmp_path / "ROOT"
+    root.mkdir()
+    make_tree(root)
+    results = {}
+    for engine in ("rg", "python"):
+        if engine == "rg" and not usable():
+            continue
+        async with Broker(str(root), search_engine=engine) as broker:
+            results[engine] = [
+                m async for m in broker.search(pattern, str(root), glob=glob, limit=50, **options)
+            ]
+    if glob is None:
+        assert results["python"], "the tree has matches for every pattern"
+    if "rg" in results:
+        assert results["rg"] == results["python"]
+
+
+async def test_limit_stops_early(tmp_path: Path) -> None:
+    root = tmp_path / "ROOT"
+    root.mkdir()
+    for i in range(50):
+        (root / f"f{i:02d}.txt").write_text("needle\n" * 10)
+    async with Broker(str(root)) as broker:
+        found = [m async for m in broker.search("needle", str(root), limit=7)]
+    assert [(Path(m.path).name, m.line_number) for m in found] == [
+        ("f00.txt", n) for n in range(1, 8)
+    ]
+
+
+def test_rg_cannot_read_outside_its_directory(tmp_path: Path) -> None:
+    """Without the broker's checks in the way: rg under the ruleset, aimed at an outside file."""
+    rg = rg_path()
+    if not usable() or rg is None:
+        return  # no Landlock or no rg here: the broker never starts rg (test_engine_choice)
+    inside = tmp_path / "ROOT"
+    inside.mkdir()
+    (inside / "in.txt").write_text("needle inside\n")
+    (tmp_path / "secret.txt").write_text("needle outside\n")
+    fd = os.open(inside, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        ruleset = _ruleset(fd, rg)
+        try:
+            for target in (str(tmp_path / "secret.txt"), "../secret.txt", "/etc/hostname"):
+                run = subprocess.run(
+                    [rg, "--no-config", "needle|localhost|.", target],
+                    cwd=f"/proc/self/fd/{fd}",
+                    preexec_fn=ruleset.preexec,
+                    capture_output=True,
+                    check=False,
+                )
+                assert run.stdout == b"", run.stdout
+                assert run.returncode == 2
+            run = subprocess.run(
+                [rg, "--no-config", "needle", "in.txt"],
+                cwd=f"/proc/self/fd/{fd}",
+                preexec_fn=ruleset.preexec,
+                capture_output=True,
+                check=False,
+            )
+            assert run.stdout == b"needle inside\n"
+        finally:
+            ruleset.close()
+    finally:
+        os.close(fd)
+
+
+async def test_engine_choice(tmp_path: Path) -> None:
+    async with Broker(str(tmp_path), search_engine="auto") as broker:
+        assert broker.capabilities()["search"] == ("rg" if usable() else "python")
+    async with Broker(str(tmp_path), search_engine="python") as broker:
+        assert broker.capabilities()["search"] == "python"
+
+
+def _open_fds() -> dict[str, str]:
+    found = {}
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # the listing's own fd, closed already
+            found[fd] = os.readlink(f"/proc/self/fd/{fd}")
+    return found
+
+
+@pytest.mark.parametrize("engine", ["rg", "python"])
+async def test_cancelled_walks_leave_no_fd_behind(tmp_path: Path, engine: str) -> None:
+    """Cancelling glob or search mid-walk stops it, closes every fd, and the broker goes on."""
+    root = tmp_path / "ROOT"
+    for i in range(300):
+        (root / f"d{i % 30}").mkdir(parents=True, exist_ok=True)
+        (root / f"d{i % 30}" / f"f{i}.txt").write_text("needle\n" * 20)
+    async with Broker(str(root), search_engine=engine) as broker:
+        await broker.glob("**", str(root))
+        before = _open_fds()
+        for delay in (0.0, 0.001, 0.005, 0.02):
+            with anyio.move_on_after(delay):
+                await broker.glob("**/*.txt", str(root))
+            with anyio.move_on_after(delay):
+                async for _ in broker.search("needle", str(root), limit=100_000):
+                    pass
+        for _ in range(250):  # threads finish their current step, then release the fds
+            if _open_fds().items() <= before.items():
+                break
+            await anyio.sleep(0.02)
+        new = {fd: what for fd, what in _open_fds().items() if before.get(fd) != what}
+        assert not new, f"left open: {new}"
+        assert len(await broker.glob("*.txt", str(root))) == 300
