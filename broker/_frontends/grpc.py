@@ -19,7 +19,7 @@ import inspect
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Mapping
 from contextvars import ContextVar
 from types import TracebackType
 from typing import Any, TypeAlias, TypeVar
@@ -281,6 +281,7 @@ class BrokerServicer(pb_grpc.BrokerServicer):
         self._enforcement = enforcement
         self._guards: dict[tuple[str, str], Backend] = {}
         self._running: set[AbortController] = set()
+        self._cleanups: set[asyncio.Future[None]] = set()
 
     def _ops(self, context: grpc.aio.ServicerContext[Any, Any]) -> Backend:
         """The backend this call uses: the core behind the broker's policy and audit, as the
@@ -304,6 +305,20 @@ class BrokerServicer(pb_grpc.BrokerServicer):
         for controller in running:
             controller.abort(_SHUTDOWN)
         return len(running)
+
+    async def _finish(self, cleanup: Coroutine[Any, Any, None]) -> None:
+        """Run ``cleanup`` (closing a backend stream: its helper process must be reaped) to the
+        end even if this call is cancelled again meanwhile; :meth:`drain` waits for leftovers."""
+        task = asyncio.ensure_future(cleanup)
+        self._cleanups.add(task)
+        task.add_done_callback(self._cleanups.discard)
+        task.add_done_callback(_retrieve)
+        await asyncio.shield(task)
+
+    async def drain(self, timeout: float) -> None:
+        """Wait (at most ``timeout`` seconds) for cleanups that outlived their calls."""
+        if self._cleanups:
+            await asyncio.wait(set(self._cleanups), timeout=timeout)
 
     @property
     def running(self) -> int:
@@ -341,7 +356,7 @@ class BrokerServicer(pb_grpc.BrokerServicer):
                 async for piece in pieces:
                     await context.write(pb.Chunk(data=piece))
             finally:
-                await pieces.aclose()
+                await self._finish(pieces.aclose())
 
     async def Access(
         self, request: pb.AccessRequest, context: grpc.aio.ServicerContext[Any, Any]
@@ -497,7 +512,7 @@ class BrokerServicer(pb_grpc.BrokerServicer):
             finally:
                 aclose = getattr(matches, "aclose", None)
                 if aclose is not None:
-                    await aclose()
+                    await self._finish(aclose())
 
     # -- commands ------------------------------------------------------------------------------
 
