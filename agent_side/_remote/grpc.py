@@ -513,6 +513,7 @@ class _ExecCall:
             elif kind == "exit":
                 end = event.exit
                 code = end.exit_code if end.HasField("exit_code") else None
+                await self._call.code()  # the trailers follow at once; cancelling would reset
                 return ExecResult(code, kill_reason_from_wire(end.kill_reason))
 
     async def _raise_status(self) -> NoReturn:
