@@ -33,6 +33,12 @@ def resolver_beneath(root: str) -> Callable[[str], str]:
     spellings = {posixpath.normpath(root), real_root}
 
     def resolve(path: str) -> str:
+        try:
+            return walk(path)
+        except ValueError:  # a NUL byte or an unencodable name: it names nothing on disk, and
+            return posixpath.normpath(path)  # the core refuses it (InvalidArgument)
+
+    def walk(path: str) -> str:
         if ".." in path.split("/"):
             return os.path.realpath(path)  # ".." after a symlink climbs from its target
         full = posixpath.normpath(path)

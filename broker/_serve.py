@@ -39,6 +39,8 @@ KEEPALIVE_TIME_MS = 20_000  # ping an idle connection this often, to notice a va
 KEEPALIVE_TIMEOUT_MS = 10_000  # ...and drop it (cancelling its calls) if the ping is not answered
 MIN_CLIENT_PING_INTERVAL_MS = 5_000  # clients may ping us this often without being cut off
 
+CLEANUP_TIMEOUT_S = 5.0  # at stop, for helper processes of cancelled calls to be reaped
+
 _HEALTH_METHODS = ("/grpc.health.v1.Health/Check", "/grpc.health.v1.Health/Watch")
 
 
@@ -276,6 +278,8 @@ class BrokerServer:
         if self._servicer is not None:
             self._servicer.kill_running()
         await server.stop(self.config.shutdown_grace if grace is None else grace)
+        if self._servicer is not None:
+            await self._servicer.drain(CLEANUP_TIMEOUT_S)
         if self._owns_backend and self._backend is not None:
             await self._backend.aclose()
         if self.enforcement is not None:

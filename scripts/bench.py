@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
 import random
 import statistics
@@ -19,9 +20,10 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "proto"))  # generated wire code
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent / "proto"))  # generated wire code
 
 from broker import Broker
 from broker._cgroup import CgroupTree
@@ -290,6 +292,255 @@ def stream_output() -> None:
         f"shell pipe floor {STREAM_BYTES / floor / 1e6:.0f} MB/s = {elapsed / floor:.2f}x time; "
         f"broker RSS growth {growth / 1024**2:.1f} MiB"
     )
+
+
+# --- gRPC transport: ratios against a plain grpc.aio echo server measured beside it -------------
+
+GRPC_CHUNK = 64 * 1024
+GRPC_STREAM_BYTES = 64 * 1024 * 1024
+GRPC_ROUNDS = 5  # interleaved rounds; the best of each side is compared
+GRPC_CALLS = 300  # round trips per round
+GRPC_CLIENTS = 16
+GRPC_CONCURRENT_CALLS = 20  # exec("true") per client per round
+BENCH_POLICY = """\
+max_read_bytes = 134217728
+max_write_bytes = 134217728
+[exec]
+max_output_bytes = 134217728
+"""
+
+
+class _GrpcBench:
+    """Our broker (the core under a policy allowing 128 MiB) and an echo server, both on
+    127.0.0.1 in this process, with clients for each."""
+
+    async def __aenter__(self) -> _GrpcBench:
+        import grpc
+        import grpc.aio
+
+        from agent_side import connect
+        from broker import BrokerConfig, BrokerServer
+
+        self._tmp = tempfile.TemporaryDirectory()
+        tmp = Path(self._tmp.name)
+        (tmp / "ROOT").mkdir()
+        (tmp / "ROOT" / "4k").write_bytes(os.urandom(4096))
+        (tmp / "ROOT" / "64m").write_bytes(os.urandom(GRPC_STREAM_BYTES))
+        (tmp / "policy.toml").write_text(BENCH_POLICY)
+        (tmp / "tokens").write_text("bench-token bench\n")
+        (tmp / "tokens").chmod(0o600)
+        config = BrokerConfig(
+            root=tmp / "ROOT",
+            grpc=["127.0.0.1:0"],
+            token_file=tmp / "tokens",
+            policy=tmp / "policy.toml",
+        )
+        self.server = BrokerServer(config)
+        await self.server.start()
+        self.url = f"grpc://{self.server.addresses[0]}"
+        self.ops = await connect(self.url, token="bench-token").open()  # type: ignore[attr-defined]
+        self.root = str(tmp / "ROOT")
+
+        async def echo(request: bytes, context: object) -> bytes:
+            return request
+
+        async def echo_stream(request: bytes, context: object) -> object:
+            count = int(request)
+            payload = os.urandom(GRPC_CHUNK)
+            for _ in range(count):
+                yield payload
+
+        handlers = {
+            "Echo": grpc.unary_unary_rpc_method_handler(echo),
+            "Stream": grpc.unary_stream_rpc_method_handler(echo_stream),
+        }
+        self.echo_server = grpc.aio.server()
+        self.echo_server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler("bench.Echo", handlers),)
+        )
+        port = self.echo_server.add_insecure_port("127.0.0.1:0")
+        await self.echo_server.start()
+        self.echo_channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+        self.echo = self.echo_channel.unary_unary("/bench.Echo/Echo")
+        self.echo_stream = self.echo_channel.unary_stream("/bench.Echo/Stream")
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.ops.aclose()
+        await self.echo_channel.close()
+        await self.echo_server.stop(None)
+        await self.server.stop()
+        self._tmp.cleanup()
+
+    async def echo_rtt(self) -> float:
+        payload = b"x" * 64
+        start = time.perf_counter()
+        for _ in range(GRPC_CALLS):
+            await self.echo(payload)
+        return (time.perf_counter() - start) / GRPC_CALLS
+
+    async def echo_throughput(self) -> float:
+        start = time.perf_counter()
+        async for _ in self.echo_stream(str(GRPC_STREAM_BYTES // GRPC_CHUNK).encode()):
+            pass
+        return GRPC_STREAM_BYTES / (time.perf_counter() - start)
+
+
+async def _best(rounds: int, fn: Callable[[], object]) -> float:
+    return min([await fn() for _ in range(rounds)])  # type: ignore[misc]
+
+
+async def _local_true() -> float:
+    start = time.perf_counter()
+    for _ in range(GRPC_CALLS // 10):
+        proc = await asyncio.create_subprocess_exec("true")
+        await proc.wait()
+    return (time.perf_counter() - start) / (GRPC_CALLS // 10)
+
+
+@benchmark
+def grpc_read_4k() -> Result:
+    """``read_file`` of a 4 KiB file over gRPC against one echo round trip."""
+
+    async def run() -> tuple[float, float]:
+        async with _GrpcBench() as b:
+            path = f"{b.root}/4k"
+
+            async def ours() -> float:
+                start = time.perf_counter()
+                for _ in range(GRPC_CALLS):
+                    await b.ops.read_file(path)
+                return (time.perf_counter() - start) / GRPC_CALLS
+
+            echo, mine = math.inf, math.inf
+            for _ in range(GRPC_ROUNDS):
+                echo = min(echo, await b.echo_rtt())
+                mine = min(mine, await ours())
+            return mine, echo
+
+    mine, echo = asyncio.run(run())
+    return mine / echo, 1.5, f"read {mine * 1e3:.2f} ms, echo round trip {echo * 1e3:.2f} ms"
+
+
+@benchmark
+def grpc_exec_true() -> Result:
+    """``exec("true")`` over gRPC against a local ``true`` plus one echo round trip."""
+
+    async def run() -> tuple[float, float, float, float]:
+        async with _GrpcBench() as b:
+
+            async def ours() -> float:
+                n = GRPC_CALLS // 10
+                start = time.perf_counter()
+                for _ in range(n):
+                    await b.ops.exec("true", b.root, on_data=lambda _: None)
+                return (time.perf_counter() - start) / n
+
+            async def core() -> float:
+                n = GRPC_CALLS // 10
+                backend: Any = b.server._backend
+                start = time.perf_counter()
+                for _ in range(n):
+                    await backend.exec("true", b.root, on_data=lambda _: None)
+                return (time.perf_counter() - start) / n
+
+            echo = local = mine = here = math.inf
+            for _ in range(GRPC_ROUNDS):
+                echo = min(echo, await b.echo_rtt())
+                local = min(local, await _local_true())
+                mine = min(mine, await ours())
+                here = min(here, await core())
+            return mine, local, echo, here
+
+    mine, local, echo, here = asyncio.run(run())
+    detail = (
+        f"exec {mine * 1e3:.2f} ms, local true {local * 1e3:.2f} ms + echo {echo * 1e3:.2f} ms; "
+        f"the core's own exec takes {here * 1e3:.2f} ms, gRPC adds {(mine - here) * 1e3:.2f} ms"
+    )
+    return mine / (local + echo), 1.3, detail
+
+
+@benchmark
+def grpc_streaming() -> None:
+    """64 MiB read over gRPC and 64 MiB of command output, against echo streaming throughput."""
+
+    async def run() -> tuple[float, float, float]:
+        async with _GrpcBench() as b:
+            path = f"{b.root}/64m"
+
+            async def read() -> float:
+                start = time.perf_counter()
+                data = await b.ops.read_file(path)
+                assert len(data) == GRPC_STREAM_BYTES
+                return GRPC_STREAM_BYTES / (time.perf_counter() - start)
+
+            async def output() -> float:
+                seen = 0
+
+                def count(data: bytes) -> None:
+                    nonlocal seen
+                    seen += len(data)
+
+                start = time.perf_counter()
+                await b.ops.exec(f"head -c {GRPC_STREAM_BYTES} /dev/zero", b.root, on_data=count)
+                assert seen == GRPC_STREAM_BYTES, seen
+                return GRPC_STREAM_BYTES / (time.perf_counter() - start)
+
+            echo = rd = out = 0.0
+            for _ in range(3):
+                echo = max(echo, await b.echo_throughput())
+                rd = max(rd, await read())
+                out = max(out, await output())
+            return rd, out, echo
+
+    rd, out, echo = asyncio.run(run())
+    print(
+        f"grpc_streaming (64 MiB, target >= 70% of echo): read {rd / 1e6:.0f} MB/s = "
+        f"{rd / echo:.0%}, command output {out / 1e6:.0f} MB/s = {out / echo:.0%}, "
+        f"echo stream {echo / 1e6:.0f} MB/s",
+        flush=True,
+    )
+
+
+@benchmark
+def grpc_concurrent_exec() -> Result:
+    """16 clients running ``exec("true")`` at once against 16 concurrent local ``true``s."""
+
+    async def run() -> tuple[float, float]:
+        from agent_side import connect
+
+        async with _GrpcBench() as b:
+            clients = [
+                await connect(b.url, token="bench-token").open() for _ in range(GRPC_CLIENTS)
+            ]  # type: ignore[attr-defined]
+
+            async def client_loop(ops: object) -> None:
+                for _ in range(GRPC_CONCURRENT_CALLS):
+                    await ops.exec("true", b.root, on_data=lambda _: None)  # type: ignore[attr-defined]
+
+            async def local_loop() -> None:
+                for _ in range(GRPC_CONCURRENT_CALLS):
+                    proc = await asyncio.create_subprocess_exec("true")
+                    await proc.wait()
+
+            total = GRPC_CLIENTS * GRPC_CONCURRENT_CALLS
+            ours = local = 0.0
+            try:
+                for _ in range(3):
+                    start = time.perf_counter()
+                    await asyncio.gather(*(local_loop() for _ in range(GRPC_CLIENTS)))
+                    local = max(local, total / (time.perf_counter() - start))
+                    start = time.perf_counter()
+                    await asyncio.gather(*(client_loop(ops) for ops in clients))
+                    ours = max(ours, total / (time.perf_counter() - start))
+            finally:
+                for ops in clients:
+                    await ops.aclose()
+            return ours, local
+
+    ours, local = asyncio.run(run())
+    detail = f"{ours:.0f} exec/s over gRPC, {local:.0f}/s local create_subprocess_exec"
+    return local / ours, 1 / 0.8, detail
 
 
 # The SSH transport's figures (SSH backend beside gRPC, against OpenSSH) live in bench_ssh.py.

@@ -293,6 +293,7 @@ class GrpcBackend:
     # -- ReadOperations / WriteOperations ------------------------------------------------------
 
     async def read_file(self, path: str) -> bytes:
+        _check("read_file", path)
         stub = await self._ensure()
         pieces = bytearray()
         async for chunk in self._stream(
@@ -302,13 +303,16 @@ class GrpcBackend:
         return bytes(pieces)
 
     async def access(self, path: str, *, writable: bool = False) -> None:
+        _check("access", path)
         await self._call("access", path, "Access", pb.AccessRequest(path=path, writable=writable))
 
     async def detect_image_mime_type(self, path: str) -> str | None:
+        _check("detect_image_mime_type", path)
         reply = await self._call("detect_image_mime_type", path, "DetectImageMimeType", _p(path))
         return reply.mime_type or None
 
     async def write_file(self, path: str, content: bytes | str) -> None:
+        _check("write_file", path)
         stub = await self._ensure()
         data = content.encode() if isinstance(content, str) else bytes(content)
 
@@ -324,23 +328,29 @@ class GrpcBackend:
             raise _error(exc, "write_file", path) from None
 
     async def mkdir(self, path: str) -> None:
+        _check("mkdir", path)
         await self._change("mkdir", path, "Mkdir", _p(path))
 
     # -- LsOperations / FindOperations / GrepOperations ----------------------------------------
 
     async def exists(self, path: str) -> bool:
+        _check("exists", path)
         return bool((await self._call("exists", path, "Exists", _p(path))).value)
 
     async def stat(self, path: str) -> FileStat:
+        _check("stat", path)
         return stat_from_wire(await self._call("stat", path, "Stat", _p(path)))
 
     async def lstat(self, path: str) -> FileStat:
+        _check("lstat", path)
         return stat_from_wire(await self._call("lstat", path, "Lstat", _p(path)))
 
     async def is_directory(self, path: str) -> bool:
+        _check("is_directory", path)
         return bool((await self._call("is_directory", path, "IsDirectory", _p(path))).value)
 
     async def readdir(self, path: str) -> list[str]:
+        _check("readdir", path)
         stub = await self._ensure()
         names: list[str] = []
         async for batch in self._stream("readdir", path, stub.Readdir, _p(path)):
@@ -348,6 +358,7 @@ class GrpcBackend:
         return names
 
     async def list_dir(self, path: str) -> list[DirEntry]:
+        _check("list_dir", path)
         stub = await self._ensure()
         entries: list[DirEntry] = []
         async for batch in self._stream("list_dir", path, stub.ListDir, _p(path)):
@@ -357,6 +368,7 @@ class GrpcBackend:
     async def glob(
         self, pattern: str, cwd: str, *, ignore: Sequence[str] = (), limit: int = 1000
     ) -> list[str]:
+        _check("glob", cwd, pattern, *ignore)
         stub = await self._ensure()
         request = pb.GlobRequest(pattern=pattern, cwd=cwd, ignore=list(ignore), limit=limit)
         found: list[str] = []
@@ -374,6 +386,7 @@ class GrpcBackend:
         literal: bool = False,
         limit: int = 100,
     ) -> AsyncIterator[SearchMatch]:
+        _check("search", path, pattern, *(() if glob is None else (glob,)))
         stub = await self._ensure()
         request = pb.SearchRequest(
             pattern=pattern, path=path, ignore_case=ignore_case, literal=literal, limit=limit
@@ -387,10 +400,12 @@ class GrpcBackend:
     # -- FileSystemOperations ------------------------------------------------------------------
 
     async def remove(self, path: str, *, recursive: bool = False) -> None:
+        _check("remove", path)
         request = pb.RemoveRequest(path=path, recursive=recursive)
         await self._change("remove", path, "Remove", request)
 
     async def rename(self, source: str, destination: str) -> None:
+        _check("rename", source, destination)
         request = pb.RenameRequest(source=source, destination=destination)
         await self._change("rename", source, "Rename", request)
 
@@ -420,6 +435,7 @@ class GrpcBackend:
     ) -> ExecResult:
         if signal is not None and signal.aborted:
             return ExecResult(None, KillReason.ABORTED)
+        _check("exec", cwd, command, *(env or {}).keys(), *(env or {}).values())
         stub = await self._ensure()
         start = pb.ExecRequest(command=command, cwd=cwd, shell=shell, env=dict(env or {}))
         if timeout is not None:
@@ -497,6 +513,7 @@ class _ExecCall:
             elif kind == "exit":
                 end = event.exit
                 code = end.exit_code if end.HasField("exit_code") else None
+                await self._call.code()  # the trailers follow at once; cancelling would reset
                 return ExecResult(code, kill_reason_from_wire(end.kill_reason))
 
     async def _raise_status(self) -> NoReturn:
@@ -537,6 +554,21 @@ class _ExecCall:
             self._call.cancel()
         for task in self._tasks:
             task.cancel()
+
+
+def _check(op: str, path: object, *texts: object) -> None:
+    """Refuse, as the broker would, a path or text the wire cannot carry (not a ``str``, or not
+    encodable as UTF-8, e.g. a lone surrogate from a non-UTF-8 file name)."""
+    for value in (path, *texts):
+        if not isinstance(value, str):
+            raise InvalidArgument(op, None, f"expected a str, got {type(value).__name__}")
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            shown = path if isinstance(path, str) and value is not path else None
+            raise InvalidArgument(
+                op, shown, f"{value!r} is not valid UTF-8 (the broker accepts UTF-8 names only)"
+            ) from None
 
 
 def _p(path: str) -> pb.PathRequest:

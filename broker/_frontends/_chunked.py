@@ -9,7 +9,7 @@ back to the whole-file calls, which is what that backend holds in memory anyway.
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator
-from typing import Protocol, runtime_checkable
+from typing import Protocol, cast, runtime_checkable
 
 from operations import Backend, TooLarge
 
@@ -37,10 +37,23 @@ class ChunkedFileOperations(Protocol):
         ...
 
 
+def _chunked(backend: Backend) -> bool:
+    """Whether ``backend`` streams files (checked once per type: a protocol check is slow)."""
+    kind = type(backend)
+    known = _CHUNKED.get(kind)
+    if known is None:
+        known = _CHUNKED[kind] = isinstance(backend, ChunkedFileOperations)
+    return known
+
+
+_CHUNKED: dict[type, bool] = {}
+
+
 async def read_chunks(backend: Backend, path: str, chunk_size: int) -> AsyncGenerator[bytes, None]:
     """Stream ``path`` from ``backend``, in pieces of at most ``chunk_size`` bytes."""
-    if isinstance(backend, ChunkedFileOperations):
-        async for piece in backend.read_chunks(path, chunk_size=chunk_size):
+    if _chunked(backend):
+        streaming = cast(ChunkedFileOperations, backend)
+        async for piece in streaming.read_chunks(path, chunk_size=chunk_size):
             for start in range(0, len(piece), chunk_size):
                 yield piece[start : start + chunk_size]
         return
@@ -56,8 +69,8 @@ async def write_chunks(backend: Backend, path: str, chunks: AsyncIterable[bytes]
     Raises:
         TooLarge: the backend cannot stream and the content passes :data:`FALLBACK_WRITE_LIMIT`.
     """
-    if isinstance(backend, ChunkedFileOperations):
-        await backend.write_chunks(path, chunks)
+    if _chunked(backend):
+        await cast(ChunkedFileOperations, backend).write_chunks(path, chunks)
         return
     buffer = bytearray()
     async for piece in chunks:

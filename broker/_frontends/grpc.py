@@ -1,10 +1,11 @@
 """The gRPC front-end: the ``opsbroker.v1.Broker`` service over any ``operations.Backend``.
 
 Each method is a translation: wire message -> backend call -> wire message, inside one
-:class:`_Call` scope that logs the call and turns an :class:`~operations.OpsError` into a status
-code plus an ``ErrorDetail`` in the trailing metadata (``_STATUS`` is the one mapping). Who may call
-is decided before any method runs (:class:`Authenticator`, applied by a server interceptor to every
-service, health and reflection included), so a refused call performs nothing.
+:class:`~._grpcwire.CallScope` that logs the call and turns an :class:`~operations.OpsError` into a
+status code plus an ``ErrorDetail`` in the trailing metadata (``_grpcwire.STATUS`` is the one
+mapping). Who may call is decided before any method runs (``_grpcauth``: an interceptor applied to
+every service, health and reflection included), so a refused call performs nothing. Each call then
+runs on the backend behind the broker's policy and audit, as its principal.
 
 **Cancellation:** a client that cancels, passes its deadline or disappears gets its handler task
 cancelled by grpc.aio; the backend call is cancelled with it (``exec`` kills the command tree
@@ -15,14 +16,9 @@ command at shutdown.
 from __future__ import annotations
 
 import asyncio
-import inspect
-import logging
 import math
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
-from contextvars import ContextVar
-from types import TracebackType
-from typing import Any, TypeAlias, TypeVar
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping
+from typing import Any, TypeVar
 
 import grpc
 import grpc.aio
@@ -30,10 +26,8 @@ from opsbroker.v1 import broker_pb2 as pb
 from opsbroker.v1 import broker_pb2_grpc as pb_grpc
 from opsbroker.v1.codec import (
     CHUNK_BYTES,
-    ERROR_METADATA_KEY,
     LIST_BATCH_BYTES,
     chunks,
-    error_to_wire,
     kill_reason_to_wire,
     kind_to_wire,
     stat_to_wire,
@@ -41,30 +35,17 @@ from opsbroker.v1.codec import (
 
 from operations import (
     AbortController,
-    Aborted,
-    AlreadyExists,
     Backend,
-    EscapesRoot,
     InvalidArgument,
-    IsADirectory,
     KillReason,
-    NotADirectory,
-    NotFound,
-    NotRegularFile,
     OpsError,
-    OutputLimit,
-    PermissionDenied,
-    PolicyDenied,
     Timeout,
-    TooLarge,
-    TooManyLinks,
-    Unauthenticated,
-    Unavailable,
 )
 
-from .._auth import TokenTable
 from .._guard import Enforcement
 from ._chunked import read_chunks, write_chunks
+from ._grpcauth import Authenticator, AuthInterceptor
+from ._grpcwire import SERVICE_NAME, CallScope, Undecodable, current_principal
 
 __all__ = [
     "SERVICE_NAME",
@@ -73,131 +54,12 @@ __all__ = [
     "BrokerServicer",
 ]
 
-SERVICE_NAME: str = pb.DESCRIPTOR.services_by_name["Broker"].full_name
 MAX_GUARDS = 1024  # cached (principal, peer) policy guards; cleared when full
 STREAM_IDLE_TIMEOUT = 60.0  # seconds a client stream may stall between messages before we give up
 
-_log = logging.getLogger("opsbroker.grpc")
-
-_STATUS: dict[type[OpsError], grpc.StatusCode] = {
-    NotFound: grpc.StatusCode.NOT_FOUND,
-    IsADirectory: grpc.StatusCode.FAILED_PRECONDITION,
-    NotADirectory: grpc.StatusCode.FAILED_PRECONDITION,
-    AlreadyExists: grpc.StatusCode.ALREADY_EXISTS,
-    NotRegularFile: grpc.StatusCode.FAILED_PRECONDITION,
-    TooManyLinks: grpc.StatusCode.FAILED_PRECONDITION,
-    PermissionDenied: grpc.StatusCode.PERMISSION_DENIED,
-    PolicyDenied: grpc.StatusCode.PERMISSION_DENIED,
-    EscapesRoot: grpc.StatusCode.PERMISSION_DENIED,
-    TooLarge: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    Timeout: grpc.StatusCode.DEADLINE_EXCEEDED,
-    Aborted: grpc.StatusCode.CANCELLED,
-    OutputLimit: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    Unavailable: grpc.StatusCode.UNAVAILABLE,
-    Unauthenticated: grpc.StatusCode.UNAUTHENTICATED,
-    InvalidArgument: grpc.StatusCode.INVALID_ARGUMENT,
-}
 
 _T = TypeVar("_T")
 _SHUTDOWN = object()  # the abort reason of commands killed because the broker stops
-
-_principal: ContextVar[str] = ContextVar("opsbroker_principal", default="-")
-
-
-def _status_of(error: OpsError) -> grpc.StatusCode:
-    for cls in type(error).__mro__:
-        status = _STATUS.get(cls)
-        if status is not None:
-            return status
-    return grpc.StatusCode.UNKNOWN
-
-
-async def _abort_with(context: grpc.aio.ServicerContext[Any, Any], error: OpsError) -> None:
-    """End the call with ``error``'s status and its ``ErrorDetail``. Always raises."""
-    detail = error_to_wire(error).SerializeToString()
-    await context.abort(
-        _status_of(error), str(error), trailing_metadata=((ERROR_METADATA_KEY, detail),)
-    )
-
-
-class _Call:
-    """One call's scope: maps errors to a status and logs one line when the call ends."""
-
-    __slots__ = ("_context", "_op", "_path", "_start")
-
-    def __init__(
-        self, context: grpc.aio.ServicerContext[Any, Any], op: str, path: str | None
-    ) -> None:
-        self._context = context
-        self._op = op
-        self._path = path
-        self._start = 0.0
-
-    async def __aenter__(self) -> None:
-        self._start = time.perf_counter()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        outcome = "ok"
-        try:
-            if exc is None:
-                return
-            if isinstance(exc, OpsError):
-                outcome = exc.code
-                await _abort_with(self._context, exc)
-            elif isinstance(exc, asyncio.CancelledError):
-                outcome = "cancelled"
-            elif isinstance(exc, grpc.aio.AbortError):
-                outcome = "aborted"
-            elif isinstance(exc, Exception):
-                outcome = "internal"
-                _log.error("%s %r failed", self._op, self._path, exc_info=exc)
-                await self._context.abort(
-                    grpc.StatusCode.INTERNAL,
-                    f"{self._op}: internal error in the broker ({type(exc).__name__}); "
-                    "see the broker's log",
-                )
-        finally:
-            if _log.isEnabledFor(logging.INFO):
-                elapsed = (time.perf_counter() - self._start) * 1000
-                _log.info(
-                    "%s %s %r -> %s (%.1f ms)",
-                    _principal.get(),
-                    self._op,
-                    self._path,
-                    outcome,
-                    elapsed,
-                )
-
-
-class _Undecodable:
-    """Stands for a client message that does not parse (so the call can answer INVALID_ARGUMENT
-    instead of grpc's UNKNOWN)."""
-
-    __slots__ = ("reason",)
-
-    def __init__(self, reason: str) -> None:
-        self.reason = reason
-
-    def error(self, op: str) -> InvalidArgument:
-        return InvalidArgument(op, None, f"undecodable request message ({self.reason})")
-
-
-def _tolerant(deserialize: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
-    if deserialize is None:
-        return None
-
-    def parse(data: bytes) -> Any:
-        try:
-            return deserialize(data)
-        except Exception as exc:
-            return _Undecodable(type(exc).__name__)
-
-    return parse
 
 
 async def _read(context: grpc.aio.ServicerContext[Any, Any], op: str) -> Any:
@@ -207,7 +69,7 @@ async def _read(context: grpc.aio.ServicerContext[Any, Any], op: str) -> Any:
             message = await context.read()
     except TimeoutError:
         raise Timeout(op, None, f"no message from the client for {STREAM_IDLE_TIMEOUT} s") from None
-    if isinstance(message, _Undecodable):
+    if isinstance(message, Undecodable):
         raise message.error(op)
     return message
 
@@ -281,13 +143,14 @@ class BrokerServicer(pb_grpc.BrokerServicer):
         self._enforcement = enforcement
         self._guards: dict[tuple[str, str], Backend] = {}
         self._running: set[AbortController] = set()
+        self._cleanups: set[asyncio.Future[None]] = set()
 
     def _ops(self, context: grpc.aio.ServicerContext[Any, Any]) -> Backend:
         """The backend this call uses: the core behind the broker's policy and audit, as the
         caller's principal (one guard per principal and peer, kept while they keep calling)."""
         if self._enforcement is None:
             return self._backend
-        key = (_principal.get(), context.peer() or "")
+        key = (current_principal.get(), context.peer() or "")
         guard = self._guards.get(key)
         if guard is None:
             if len(self._guards) >= MAX_GUARDS:
@@ -305,6 +168,20 @@ class BrokerServicer(pb_grpc.BrokerServicer):
             controller.abort(_SHUTDOWN)
         return len(running)
 
+    async def _finish(self, cleanup: Coroutine[Any, Any, None]) -> None:
+        """Run ``cleanup`` (closing a backend stream: its helper process must be reaped) to the
+        end even if this call is cancelled again meanwhile; :meth:`drain` waits for leftovers."""
+        task = asyncio.ensure_future(cleanup)
+        self._cleanups.add(task)
+        task.add_done_callback(self._cleanups.discard)
+        task.add_done_callback(_retrieve)
+        await asyncio.shield(task)
+
+    async def drain(self, timeout: float) -> None:
+        """Wait (at most ``timeout`` seconds) for cleanups that outlived their calls."""
+        if self._cleanups:
+            await asyncio.wait(set(self._cleanups), timeout=timeout)
+
     @property
     def running(self) -> int:
         """How many commands are running now."""
@@ -315,7 +192,7 @@ class BrokerServicer(pb_grpc.BrokerServicer):
     async def Capabilities(
         self, request: pb.CapabilitiesRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.CapabilitiesReply:
-        async with _Call(context, "capabilities", None):
+        async with CallScope(context, "capabilities", None):
             limits = pb.Limits(chunk_bytes=CHUNK_BYTES)
             for key, value in dict(self._info.get("limits") or {}).items():
                 if value is not None and key in pb.Limits.DESCRIPTOR.fields_by_name:
@@ -335,32 +212,32 @@ class BrokerServicer(pb_grpc.BrokerServicer):
     async def ReadFile(
         self, request: pb.PathRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> None:
-        async with _Call(context, "read_file", request.path):
+        async with CallScope(context, "read_file", request.path):
             pieces = read_chunks(self._ops(context), request.path, CHUNK_BYTES)
             try:
                 async for piece in pieces:
                     await context.write(pb.Chunk(data=piece))
             finally:
-                await pieces.aclose()
+                await self._finish(pieces.aclose())
 
     async def Access(
         self, request: pb.AccessRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.Empty:
-        async with _Call(context, "access", request.path):
+        async with CallScope(context, "access", request.path):
             await self._ops(context).access(request.path, writable=request.writable)
             return pb.Empty()
 
     async def DetectImageMimeType(
         self, request: pb.PathRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.MimeTypeReply:
-        async with _Call(context, "detect_image_mime_type", request.path):
+        async with CallScope(context, "detect_image_mime_type", request.path):
             mime = await self._ops(context).detect_image_mime_type(request.path)
             return pb.MimeTypeReply(mime_type=mime or "")
 
     async def WriteFile(
         self, request_iterator: object, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.Empty:
-        async with _Call(context, "write_file", None):
+        async with CallScope(context, "write_file", None):
             try:
                 await self._write_file(context)
             except OpsError as error:
@@ -406,45 +283,45 @@ class BrokerServicer(pb_grpc.BrokerServicer):
     async def Mkdir(
         self, request: pb.PathRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.Empty:
-        async with _Call(context, "mkdir", request.path):
+        async with CallScope(context, "mkdir", request.path):
             await self._ops(context).mkdir(request.path)
             return pb.Empty()
 
     async def Exists(
         self, request: pb.PathRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.BoolReply:
-        async with _Call(context, "exists", request.path):
+        async with CallScope(context, "exists", request.path):
             return pb.BoolReply(value=await self._ops(context).exists(request.path))
 
     async def Stat(
         self, request: pb.PathRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.FileStat:
-        async with _Call(context, "stat", request.path):
+        async with CallScope(context, "stat", request.path):
             return stat_to_wire(await self._ops(context).stat(request.path))
 
     async def Lstat(
         self, request: pb.PathRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.FileStat:
-        async with _Call(context, "lstat", request.path):
+        async with CallScope(context, "lstat", request.path):
             return stat_to_wire(await self._ops(context).lstat(request.path))
 
     async def IsDirectory(
         self, request: pb.PathRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.BoolReply:
-        async with _Call(context, "is_directory", request.path):
+        async with CallScope(context, "is_directory", request.path):
             return pb.BoolReply(value=await self._ops(context).is_directory(request.path))
 
     async def Readdir(
         self, request: pb.PathRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> None:
-        async with _Call(context, "readdir", request.path):
+        async with CallScope(context, "readdir", request.path):
             for batch in _batches(await self._ops(context).readdir(request.path)):
                 await context.write(pb.Names(names=batch))
 
     async def ListDir(
         self, request: pb.PathRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> None:
-        async with _Call(context, "list_dir", request.path):
+        async with CallScope(context, "list_dir", request.path):
             entries = await self._ops(context).list_dir(request.path)
             for batch in _batches(entries, lambda entry: entry.name):
                 wire = [pb.DirEntry(name=e.name, kind=kind_to_wire(e.kind)) for e in batch]
@@ -453,14 +330,14 @@ class BrokerServicer(pb_grpc.BrokerServicer):
     async def Remove(
         self, request: pb.RemoveRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.Empty:
-        async with _Call(context, "remove", request.path):
+        async with CallScope(context, "remove", request.path):
             await self._ops(context).remove(request.path, recursive=request.recursive)
             return pb.Empty()
 
     async def Rename(
         self, request: pb.RenameRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.Empty:
-        async with _Call(context, "rename", request.source):
+        async with CallScope(context, "rename", request.source):
             await self._ops(context).rename(request.source, request.destination)
             return pb.Empty()
 
@@ -469,7 +346,7 @@ class BrokerServicer(pb_grpc.BrokerServicer):
     async def Glob(
         self, request: pb.GlobRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> None:
-        async with _Call(context, "glob", request.cwd):
+        async with CallScope(context, "glob", request.cwd):
             found = await self._ops(context).glob(
                 request.pattern, request.cwd, ignore=list(request.ignore), limit=request.limit
             )
@@ -479,7 +356,7 @@ class BrokerServicer(pb_grpc.BrokerServicer):
     async def Search(
         self, request: pb.SearchRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> None:
-        async with _Call(context, "search", request.path):
+        async with CallScope(context, "search", request.path):
             matches = self._ops(context).search(
                 request.pattern,
                 request.path,
@@ -497,14 +374,14 @@ class BrokerServicer(pb_grpc.BrokerServicer):
             finally:
                 aclose = getattr(matches, "aclose", None)
                 if aclose is not None:
-                    await aclose()
+                    await self._finish(aclose())
 
     # -- commands ------------------------------------------------------------------------------
 
     async def Exec(
         self, request_iterator: object, context: grpc.aio.ServicerContext[Any, Any]
     ) -> None:
-        async with _Call(context, "exec", None):
+        async with CallScope(context, "exec", None):
             first = await _read(context, "exec")
             if first is grpc.aio.EOF or first.WhichOneof("input") != "start":
                 raise InvalidArgument("exec", None, "the first message must be `start`")
@@ -583,144 +460,8 @@ async def _watch_abort(
             message = await context.read()
             if message is grpc.aio.EOF:
                 return
-            if not isinstance(message, _Undecodable) and message.WhichOneof("input") == "abort":
+            if not isinstance(message, Undecodable) and message.WhichOneof("input") == "abort":
                 controller.abort("client")
                 return
     except Exception:  # the call ended under us: nothing left to abort
         return
-
-
-# -- authentication ----------------------------------------------------------------------------
-
-
-class Authenticator:
-    """Decides who a caller is, or that it may not call at all.
-
-    - a Unix-socket peer is ``local`` (the socket file's permissions are the access control);
-    - with mutual TLS, the principal is ``cert:<common name>`` of the verified client certificate;
-    - otherwise an ``authorization: Bearer TOKEN`` header must name a principal in ``tokens``.
-
-    Methods in ``public_methods`` (e.g. the health check, if so configured) need no credentials.
-    """
-
-    def __init__(
-        self,
-        tokens: TokenTable | None,
-        *,
-        mtls: bool = False,
-        public_methods: Iterable[str] = (),
-        enforcement: Enforcement | None = None,
-    ) -> None:
-        self._tokens = tokens
-        self._mtls = mtls
-        self._public = frozenset(public_methods)
-        self.enforcement = enforcement
-
-    def principal(self, method: str, context: grpc.aio.ServicerContext[Any, Any]) -> str | None:
-        """The caller's principal, or ``None`` when it must be refused."""
-        peer = context.peer() or ""
-        if peer.startswith("unix:"):
-            return "local"
-        if self._mtls:
-            auth = context.auth_context()
-            names = list(
-                auth.get("x509_common_name") or auth.get("x509_subject_alternative_name") or ()
-            )
-            if names:
-                return "cert:" + bytes(names[0]).decode("utf-8", "replace")
-        if self._tokens is not None:
-            for key, value in context.invocation_metadata() or ():
-                if key == "authorization" and isinstance(value, str):
-                    scheme, _, token = value.partition(" ")
-                    if scheme.lower() == "bearer":
-                        return self._tokens.principal(token.strip())
-        if method in self._public:
-            return "anonymous"
-        return None
-
-
-_Behaviour = Callable[..., Any]
-_Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
-
-
-class AuthInterceptor(grpc.aio.ServerInterceptor):
-    """Applies an :class:`Authenticator` to every method of every service on the server."""
-
-    def __init__(self, authenticator: Authenticator) -> None:
-        self._auth = authenticator
-        self._cache: dict[str, tuple[_Handler, _Handler]] = {}
-
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[_Handler | None]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> _Handler | None:
-        handler = await continuation(handler_call_details)
-        if handler is None:
-            return handler
-        method = handler_call_details.method
-        cached = self._cache.get(method)
-        if cached is not None and cached[0] is handler:
-            return cached[1]
-        guarded = _guard(handler, method, self._auth)
-        self._cache[method] = (handler, guarded)
-        return guarded
-
-
-def _guard(handler: _Handler, method: str, auth: Authenticator) -> _Handler:
-    """``handler`` with the caller authenticated before its behaviour runs; for our own service,
-    an undecodable request message is answered with INVALID_ARGUMENT."""
-    op = method.rsplit("/", 1)[-1]
-    ours = method.startswith(f"/{SERVICE_NAME}/")
-
-    async def check(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
-        principal = auth.principal(method, context)
-        if principal is None:
-            if auth.enforcement is not None:
-                auth.enforcement.record_refusal(
-                    op,
-                    "missing or unknown credentials",
-                    principal=None,
-                    transport="grpc",
-                    peer=context.peer(),
-                )
-            await _abort_with(
-                context,
-                Unauthenticated(
-                    op, None, "missing or unknown bearer token (send 'authorization: Bearer TOKEN')"
-                ),
-            )
-        _principal.set(principal or "-")
-        if isinstance(request, _Undecodable):
-            await _abort_with(context, request.error(op))
-
-    def wrap(inner: _Behaviour) -> _Behaviour:
-        if inspect.isasyncgenfunction(inner):
-
-            async def stream(request: Any, context: Any) -> AsyncIterator[Any]:
-                await check(request, context)
-                async for response in inner(request, context):
-                    yield response
-
-            return stream
-
-        async def call(request: Any, context: Any) -> Any:
-            await check(request, context)
-            return await inner(request, context)
-
-        return call
-
-    kwargs = {
-        "request_deserializer": (
-            _tolerant(handler.request_deserializer) if ours else handler.request_deserializer
-        ),
-        "response_serializer": handler.response_serializer,
-    }
-    if handler.unary_unary is not None:
-        return grpc.unary_unary_rpc_method_handler(wrap(handler.unary_unary), **kwargs)
-    if handler.unary_stream is not None:
-        return grpc.unary_stream_rpc_method_handler(wrap(handler.unary_stream), **kwargs)
-    if handler.stream_unary is not None:
-        return grpc.stream_unary_rpc_method_handler(wrap(handler.stream_unary), **kwargs)
-    assert handler.stream_stream is not None
-    return grpc.stream_stream_rpc_method_handler(wrap(handler.stream_stream), **kwargs)

@@ -1,0 +1,156 @@
+"""Authentication for the gRPC front-end: who a caller is, decided before any method runs.
+
+:class:`AuthInterceptor` applies one :class:`Authenticator` to every method of every service on the
+server (health and reflection included); a refused call is answered UNAUTHENTICATED, audited, and
+performs nothing. For our own service it also answers an undecodable request INVALID_ARGUMENT.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from typing import Any, TypeAlias
+
+import grpc
+import grpc.aio
+
+from operations import Unauthenticated
+
+from .._auth import TokenTable
+from .._guard import Enforcement
+from ._grpcwire import SERVICE_NAME, Undecodable, abort_with, current_principal, tolerant
+
+__all__ = ["AuthInterceptor", "Authenticator"]
+
+
+class Authenticator:
+    """Decides who a caller is, or that it may not call at all.
+
+    - a Unix-socket peer is ``local`` (the socket file's permissions are the access control);
+    - with mutual TLS, the principal is ``cert:<common name>`` of the verified client certificate;
+    - otherwise an ``authorization: Bearer TOKEN`` header must name a principal in ``tokens``.
+
+    Methods in ``public_methods`` (e.g. the health check, if so configured) need no credentials.
+    """
+
+    def __init__(
+        self,
+        tokens: TokenTable | None,
+        *,
+        mtls: bool = False,
+        public_methods: Iterable[str] = (),
+        enforcement: Enforcement | None = None,
+    ) -> None:
+        self._tokens = tokens
+        self._mtls = mtls
+        self._public = frozenset(public_methods)
+        self.enforcement = enforcement
+
+    def principal(self, method: str, context: grpc.aio.ServicerContext[Any, Any]) -> str | None:
+        """The caller's principal, or ``None`` when it must be refused."""
+        peer = context.peer() or ""
+        if peer.startswith("unix:"):
+            return "local"
+        if self._mtls:
+            auth = context.auth_context()
+            names = list(
+                auth.get("x509_common_name") or auth.get("x509_subject_alternative_name") or ()
+            )
+            if names:
+                return "cert:" + bytes(names[0]).decode("utf-8", "replace")
+        if self._tokens is not None:
+            for key, value in context.invocation_metadata() or ():
+                if key == "authorization" and isinstance(value, str):
+                    scheme, _, token = value.partition(" ")
+                    if scheme.lower() == "bearer":
+                        return self._tokens.principal(token.strip())
+        if method in self._public:
+            return "anonymous"
+        return None
+
+
+_Behaviour = Callable[..., Any]
+_Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
+
+
+class AuthInterceptor(grpc.aio.ServerInterceptor):
+    """Applies an :class:`Authenticator` to every method of every service on the server."""
+
+    def __init__(self, authenticator: Authenticator) -> None:
+        self._auth = authenticator
+        self._cache: dict[str, tuple[_Handler, _Handler]] = {}
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[_Handler | None]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> _Handler | None:
+        handler = await continuation(handler_call_details)
+        if handler is None:
+            return handler
+        method = handler_call_details.method
+        cached = self._cache.get(method)
+        if cached is not None and cached[0] is handler:
+            return cached[1]
+        guarded = _guard(handler, method, self._auth)
+        self._cache[method] = (handler, guarded)
+        return guarded
+
+
+def _guard(handler: _Handler, method: str, auth: Authenticator) -> _Handler:
+    """``handler`` with the caller authenticated before its behaviour runs; for our own service,
+    an undecodable request message is answered with INVALID_ARGUMENT."""
+    op = method.rsplit("/", 1)[-1]
+    ours = method.startswith(f"/{SERVICE_NAME}/")
+
+    async def check(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+        principal = auth.principal(method, context)
+        if principal is None:
+            if auth.enforcement is not None:
+                auth.enforcement.record_refusal(
+                    op,
+                    "missing or unknown credentials",
+                    principal=None,
+                    transport="grpc",
+                    peer=context.peer(),
+                )
+            await abort_with(
+                context,
+                Unauthenticated(
+                    op, None, "missing or unknown bearer token (send 'authorization: Bearer TOKEN')"
+                ),
+            )
+        current_principal.set(principal or "-")
+        if isinstance(request, Undecodable):
+            await abort_with(context, request.error(op))
+
+    def wrap(inner: _Behaviour) -> _Behaviour:
+        if inspect.isasyncgenfunction(inner):
+
+            async def stream(request: Any, context: Any) -> AsyncIterator[Any]:
+                await check(request, context)
+                async for response in inner(request, context):
+                    yield response
+
+            return stream
+
+        async def call(request: Any, context: Any) -> Any:
+            await check(request, context)
+            return await inner(request, context)
+
+        return call
+
+    kwargs = {
+        "request_deserializer": (
+            tolerant(handler.request_deserializer) if ours else handler.request_deserializer
+        ),
+        "response_serializer": handler.response_serializer,
+    }
+    if handler.unary_unary is not None:
+        return grpc.unary_unary_rpc_method_handler(wrap(handler.unary_unary), **kwargs)
+    if handler.unary_stream is not None:
+        return grpc.unary_stream_rpc_method_handler(wrap(handler.unary_stream), **kwargs)
+    if handler.stream_unary is not None:
+        return grpc.stream_unary_rpc_method_handler(wrap(handler.stream_unary), **kwargs)
+    assert handler.stream_stream is not None
+    return grpc.stream_stream_rpc_method_handler(wrap(handler.stream_stream), **kwargs)
