@@ -1,0 +1,1 @@
+"""The built-in tools: read, write, edit, ls, find, grep, bash, powershell."""
