@@ -12,6 +12,13 @@ The tool runtime: ``_tool`` (the three tool layers), ``_messages`` (messages, re
 
 from ._connect import connect as connect
 from ._connect import register_scheme as register_scheme
+from ._loop import AfterToolCallContext as AfterToolCallContext
+from ._loop import AfterToolCallResult as AfterToolCallResult
+from ._loop import AgentContext as AgentContext
+from ._loop import BeforeToolCallContext as BeforeToolCallContext
+from ._loop import BeforeToolCallResult as BeforeToolCallResult
+from ._loop import ToolBatchResult as ToolBatchResult
+from ._loop import execute_tool_calls as execute_tool_calls
 from ._messages import AgentEvent as AgentEvent
 from ._messages import AgentToolResult as AgentToolResult
 from ._messages import AssistantContent as AssistantContent
@@ -33,6 +40,11 @@ from ._messages import Usage as Usage
 from ._messages import UsageCost as UsageCost
 from ._messages import UserMessage as UserMessage
 from ._messages import error_tool_result as error_tool_result
+from ._mutation_queue import mutation_queue_key as mutation_queue_key
+from ._mutation_queue import with_file_mutation_queue as with_file_mutation_queue
+from ._registry import ToolInfo as ToolInfo
+from ._registry import ToolRegistry as ToolRegistry
+from ._schema import JsonNumber as JsonNumber
 from ._tool import AgentTool as AgentTool
 from ._tool import AgentToolUpdateCallback as AgentToolUpdateCallback
 from ._tool import ConstrainedSampling as ConstrainedSampling
@@ -46,17 +58,26 @@ from ._tool import parameters_schema as parameters_schema
 from ._tool import tool_definition_from_agent_tool as tool_definition_from_agent_tool
 from ._tool import wrap_tool_definition as wrap_tool_definition
 from ._tool import wrap_tool_definitions as wrap_tool_definitions
+from ._validate import ToolValidationError as ToolValidationError
+from ._validate import validate_tool_arguments as validate_tool_arguments
+from ._validate import validate_tool_call as validate_tool_call
 
 __all__ = [
+    "AfterToolCallContext",
+    "AfterToolCallResult",
+    "AgentContext",
     "AgentEvent",
     "AgentTool",
     "AgentToolResult",
     "AgentToolUpdateCallback",
     "AssistantContent",
     "AssistantMessage",
+    "BeforeToolCallContext",
+    "BeforeToolCallResult",
     "ConstrainedSampling",
     "ExecutionMode",
     "ImageContent",
+    "JsonNumber",
     "Message",
     "MessageEndEvent",
     "MessageStartEvent",
@@ -65,23 +86,32 @@ __all__ = [
     "TextContent",
     "ThinkingContent",
     "Tool",
+    "ToolBatchResult",
     "ToolCall",
     "ToolContext",
     "ToolDefinition",
     "ToolExecutionEndEvent",
     "ToolExecutionStartEvent",
     "ToolExecutionUpdateEvent",
+    "ToolInfo",
+    "ToolRegistry",
     "ToolResultContent",
     "ToolResultMessage",
+    "ToolValidationError",
     "Usage",
     "UsageCost",
     "UserMessage",
     "connect",
     "define_tool",
     "error_tool_result",
+    "execute_tool_calls",
+    "mutation_queue_key",
     "parameters_schema",
     "register_scheme",
     "tool_definition_from_agent_tool",
+    "validate_tool_arguments",
+    "validate_tool_call",
+    "with_file_mutation_queue",
     "wrap_tool_definition",
     "wrap_tool_definitions",
 ]

@@ -14,11 +14,11 @@ three ways that change model-visible behaviour, so it is reshaped here:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, WithJsonSchema
 
-__all__ = ["publish_model_schema"]
+__all__ = ["JsonNumber", "publish_model_schema"]
 
 _SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
 _SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions")
@@ -88,3 +88,9 @@ def _drop_optional_null(prop: Any) -> Any:
     if len(rest) == 1 and isinstance(rest[0], dict):
         return {**rest[0], **others}
     return {"anyOf": rest, **others}
+
+
+JsonNumber = Annotated[int | float, WithJsonSchema({"type": "number"})]
+"""A parameter published as JSON Schema ``number`` (TypeBox ``Type.Number()``) whose value stays
+an ``int`` when it is integral: ``"5"`` gives ``5``, not ``5.0`` as a ``float`` field would, and a
+wrong value reports ``must be number`` (an ``int`` field reports ``must be integer``)."""

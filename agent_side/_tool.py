@@ -20,7 +20,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, Literal, TypeAlias, TypeVar
+from typing import Any, Generic, Literal, Protocol, TypeAlias, TypeVar
 
 from pydantic import BaseModel
 
@@ -53,8 +53,11 @@ ExecutionMode: TypeAlias = Literal["sequential", "parallel"]
 Parameters: TypeAlias = type[BaseModel] | Mapping[str, Any]
 """A pydantic model class (validated params are an instance of it) or a plain JSON Schema dict."""
 
-AgentToolUpdateCallback: TypeAlias = Callable[[AgentToolResult[DetailsT]], None]
-"""Progress callback handed to ``execute``; calls after ``execute`` settles are ignored."""
+
+class AgentToolUpdateCallback(Protocol[DetailsT]):
+    """Progress callback handed to ``execute``; calls after ``execute`` settles are ignored."""
+
+    def __call__(self, partial_result: AgentToolResult[DetailsT], /) -> None: ...
 
 
 @dataclass(frozen=True, kw_only=True)
