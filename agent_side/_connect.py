@@ -45,3 +45,27 @@ def connect(url: str, **options: Any) -> Backend:
             "connect", url, f"unknown backend scheme {scheme!r}; use one of {known}"
         )
     return loader()(parts, options)
+
+
+def _memory_factory(parts: urllib.parse.SplitResult, options: dict[str, Any]) -> Backend:
+    from operations import InMemoryOperations
+
+    if parts.netloc or parts.query or parts.fragment:
+        raise InvalidArgument(
+            "connect",
+            parts.geturl(),
+            "a memory URL takes only a root path, e.g. 'memory:/workspace'",
+        )
+    if parts.path:
+        options = {"root": parts.path, **options}
+    try:
+        return InMemoryOperations(**options)
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgument("connect", parts.geturl(), str(exc)) from None
+
+
+def _register_builtins() -> None:
+    register_scheme("memory", lambda: _memory_factory)
+
+
+_register_builtins()

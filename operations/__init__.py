@@ -1,7 +1,9 @@
 """The Operations contract: interfaces, value types, errors, cancellation, and the memory backend.
 
 General layout: ``_protocols`` (the interfaces), ``_types`` (values that cross them), ``_errors``
-(one hierarchy, stable codes), ``_abort`` (cancellation). Nothing here does network I/O, and
+(one hierarchy, stable codes), ``_abort`` (cancellation); the shared rules every backend follows
+(``_glob``, ``_gitignore``, ``_walk``, ``_search``, ``_mime``); and the memory backend
+(``_memory`` over ``_vfs`` and ``_runner``). Nothing here does network I/O, and
 nothing here imports ``broker`` or ``agent_side``; both depend on this package.
 """
 
@@ -27,6 +29,14 @@ from ._errors import TooManyLinks as TooManyLinks
 from ._errors import Unauthenticated as Unauthenticated
 from ._errors import Unavailable as Unavailable
 from ._errors import error_from_code as error_from_code
+from ._memory import Dir as Dir
+from ._memory import Fifo as Fifo
+from ._memory import File as File
+from ._memory import InMemoryOperations as InMemoryOperations
+from ._memory import MemoryPowerShell as MemoryPowerShell
+from ._memory import OpRecord as OpRecord
+from ._memory import SeedValue as SeedValue
+from ._memory import Symlink as Symlink
 from ._protocols import Backend as Backend
 from ._protocols import BashOperations as BashOperations
 from ._protocols import EditOperations as EditOperations
@@ -37,6 +47,8 @@ from ._protocols import LsOperations as LsOperations
 from ._protocols import PowerShellOperations as PowerShellOperations
 from ._protocols import ReadOperations as ReadOperations
 from ._protocols import WriteOperations as WriteOperations
+from ._runner import CommandContext as CommandContext
+from ._runner import CommandRunner as CommandRunner
 from ._types import DirEntry as DirEntry
 from ._types import ExecResult as ExecResult
 from ._types import FileKind as FileKind
@@ -53,23 +65,31 @@ __all__ = [
     "AlreadyExists",
     "Backend",
     "BashOperations",
+    "CommandContext",
+    "CommandRunner",
+    "Dir",
     "DirEntry",
     "EditOperations",
     "EscapesRoot",
     "ExecResult",
+    "Fifo",
+    "File",
     "FileKind",
     "FileStat",
     "FileSystemOperations",
     "FindOperations",
     "GrepOperations",
+    "InMemoryOperations",
     "InvalidArgument",
     "IsADirectory",
     "KillReason",
     "LsOperations",
+    "MemoryPowerShell",
     "NotADirectory",
     "NotFound",
     "NotRegularFile",
     "OnData",
+    "OpRecord",
     "OpsError",
     "OutputLimit",
     "PermissionDenied",
@@ -77,6 +97,8 @@ __all__ = [
     "PowerShellOperations",
     "ReadOperations",
     "SearchMatch",
+    "SeedValue",
+    "Symlink",
     "Timeout",
     "TooLarge",
     "TooManyLinks",

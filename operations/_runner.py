@@ -1,0 +1,265 @@
+"""The memory backend's scripted command runner: registered handlers instead of a shell.
+
+A harness registers what each command does::
+
+    ops.commands.register("make test", output="ok\\n")                 # fixed output, exit 0
+    ops.commands.register(re.compile(r"exit (\\d+)"), lambda ctx: int(ctx.match[1]))
+    async def slow(ctx):                                               # output over time
+        for i in range(3):
+            await ctx.emit(f"{i}\\n")
+            await ctx.sleep(1)
+        return 0
+    ops.commands.register(lambda c: c.startswith("slow"), slow)
+
+Matching: the most recently registered matcher that accepts the command wins; a string must equal
+the command, a compiled pattern must ``fullmatch`` it (``ctx.match`` holds the match), a callable
+is a predicate. An unmatched command behaves as a missing program does in bash: the output is
+``bash: line 1: <word>: command not found`` and the exit code 127.
+
+Kills behave as on the broker: a handler still running when the timeout expires, the signal
+aborts, the output limit is passed or the backend closes is cancelled (its ``finally`` clauses
+run), and ``exec`` returns ``ExecResult(None, KillReason.X)``; a cancelled caller gets
+:class:`asyncio.CancelledError` after the handler is gone. ``ctx.emit`` always yields to the
+event loop, so even a handler that only emits can be killed. ``time_scale`` multiplies both
+``ctx.sleep`` and timeouts, so a script written in seconds runs in milliseconds with the same
+outcome (``time_scale=0.001``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._abort import AbortSignal
+from ._types import ExecResult, KillReason, OnData
+
+__all__ = ["CommandContext", "CommandRunner", "Handler", "Matcher"]
+
+Matcher = str | re.Pattern[str] | Callable[[str], bool]
+"""What a registration matches: an exact command, a pattern (fullmatch), or a predicate."""
+
+
+@dataclass
+class CommandContext:
+    """What a handler sees: the command, where and with what environment it runs, and a way
+    to produce output. ``backend`` is the memory backend, so a handler may change its files."""
+
+    command: str
+    cwd: str
+    env: dict[str, str]
+    match: re.Match[str] | None
+    backend: Any
+    _emit: Callable[[bytes], Awaitable[None]] = field(repr=False)
+    _time_scale: float = field(repr=False, default=1.0)
+
+    async def emit(self, data: bytes | str) -> None:
+        """Send output (``str`` is encoded as UTF-8); waits for a slow consumer."""
+        await self._emit(data.encode() if isinstance(data, str) else data)
+
+    async def sleep(self, seconds: float) -> None:
+        """Let ``seconds`` of (scaled) time pass."""
+        await asyncio.sleep(max(0.0, seconds) * self._time_scale)
+
+
+Handler = Callable[[CommandContext], Awaitable[int] | int]
+"""Runs one command; returns its exit code (an ``int``, or an awaitable of one)."""
+
+
+def _first_word(command: str) -> str:
+    words = command.split()
+    return words[0] if words else ""
+
+
+def _bash_not_found(command: str) -> tuple[bytes, int]:
+    return f"bash: line 1: {_first_word(command)}: command not found\n".encode(), 127
+
+
+def _powershell_not_found(command: str) -> tuple[bytes, int]:
+    word = _first_word(command)
+    return (
+        f"{word}: The term '{word}' is not recognized as a name of a cmdlet, function, "
+        "script file, or executable program.\n"
+    ).encode(), 1
+
+
+class CommandRunner:
+    """A registry of scripted commands, and the ``exec`` that runs them."""
+
+    def __init__(
+        self,
+        backend: Any = None,
+        *,
+        shell: str = "bash",
+        time_scale: float = 1.0,
+    ) -> None:
+        if shell not in ("bash", "powershell"):
+            raise ValueError(f"shell must be 'bash' or 'powershell', not {shell!r}")
+        self.backend = backend
+        self.shell = shell
+        self.time_scale = time_scale
+        self._handlers: list[tuple[Matcher, Handler]] = []
+        self._running: set[Callable[[KillReason], None]] = set()
+        self.history: list[str] = []
+        """Every command run, in order (including unmatched ones)."""
+
+    def register(
+        self,
+        matcher: Matcher,
+        handler: Handler | None = None,
+        *,
+        output: bytes | str = b"",
+        exit_code: int = 0,
+    ) -> None:
+        """Make commands that ``matcher`` accepts run ``handler``; without a handler, print
+        ``output`` and exit with ``exit_code``."""
+        if handler is None:
+            data = output.encode() if isinstance(output, str) else output
+
+            async def fixed(ctx: CommandContext) -> int:
+                if data:
+                    await ctx.emit(data)
+                return exit_code
+
+            handler = fixed
+        self._handlers.append((matcher, handler))
+
+    def clear(self) -> None:
+        """Forget every registration."""
+        self._handlers.clear()
+
+    def _find(self, command: str) -> tuple[Handler, re.Match[str] | None] | None:
+        for matcher, handler in reversed(self._handlers):
+            if isinstance(matcher, str):
+                if matcher == command:
+                    return handler, None
+            elif isinstance(matcher, re.Pattern):
+                found = matcher.fullmatch(command)
+                if found is not None:
+                    return handler, found
+            elif matcher(command):
+                return handler, None
+        return None
+
+    async def run(
+        self,
+        command: str,
+        cwd: str,
+        *,
+        on_data: OnData,
+        signal: AbortSignal | None = None,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+        max_output_bytes: int | None = None,
+    ) -> ExecResult:
+        """Run ``command`` (see the module docstring). ``timeout`` <= 0 or ``None``: none."""
+        self.history.append(command)
+        if signal is not None and signal.aborted:
+            return ExecResult(None, KillReason.ABORTED)
+        loop = asyncio.get_running_loop()
+        emitted = 0
+        kill_reason: KillReason | None = None
+        task: asyncio.Task[int] | None = None
+
+        def kill(reason: KillReason) -> None:
+            nonlocal kill_reason
+            if kill_reason is None and task is not None and not task.done():
+                kill_reason = reason
+                task.cancel()
+
+        async def emit(data: bytes) -> None:
+            nonlocal emitted
+            if max_output_bytes is not None and emitted + len(data) > max_output_bytes:
+                data = data[: max(0, max_output_bytes - emitted)]
+                if data:
+                    emitted += len(data)
+                    await _deliver(on_data, data)
+                kill(KillReason.OUTPUT_LIMIT)
+            elif data:
+                emitted += len(data)
+                await _deliver(on_data, data)
+            await asyncio.sleep(0)
+
+        found = self._find(command)
+        if found is None:
+            not_found = _bash_not_found if self.shell == "bash" else _powershell_not_found
+            message, code = not_found(command)
+
+            async def missing(ctx: CommandContext) -> int:
+                await ctx.emit(message)
+                return code
+
+            handler: Handler = missing
+            match: re.Match[str] | None = None
+        else:
+            handler, match = found
+        if not command.strip():
+            handler, match = _empty_command, None
+        context = CommandContext(
+            command, cwd, dict(env or {}), match, self.backend, emit, self.time_scale
+        )
+        task = asyncio.create_task(_invoke(handler, context), name=f"scripted command {command!r}")
+        self._running.add(kill)
+        remove_listener = None
+        if signal is not None:
+
+            def on_abort() -> None:
+                loop.call_soon_threadsafe(kill, KillReason.ABORTED)
+
+            remove_listener = signal.add_listener(on_abort)
+        timer = None
+        if timeout is not None and timeout > 0:
+            timer = loop.call_later(timeout * self.time_scale, kill, KillReason.TIMEOUT)
+        try:
+            try:
+                await asyncio.wait({task})
+            except asyncio.CancelledError:
+                kill(KillReason.ABORTED)
+                await _wait_uninterrupted(task)
+                raise
+        finally:
+            self._running.discard(kill)
+            if timer is not None:
+                timer.cancel()
+            if remove_listener is not None:
+                remove_listener()
+        if task.cancelled():
+            return ExecResult(None, kill_reason or KillReason.ABORTED)
+        return ExecResult(task.result())
+
+    async def shutdown(self) -> None:
+        """Kill every running command (``KillReason.SHUTDOWN``)."""
+        for kill in list(self._running):
+            kill(KillReason.SHUTDOWN)
+        await asyncio.sleep(0)
+
+
+async def _empty_command(ctx: CommandContext) -> int:
+    return 0
+
+
+async def _invoke(handler: Handler, context: CommandContext) -> int:
+    result = handler(context)
+    if inspect.isawaitable(result):
+        result = await result
+    if not isinstance(result, int):
+        raise TypeError(f"handler for {context.command!r} returned {result!r}, not an exit code")
+    return result
+
+
+async def _deliver(on_data: OnData, data: bytes) -> None:
+    result = on_data(data)
+    if result is not None:
+        await result
+
+
+async def _wait_uninterrupted(task: asyncio.Task[int]) -> None:
+    """Wait for ``task`` to end even if we are cancelled again meanwhile."""
+    while not task.done():
+        try:
+            await asyncio.wait({task})
+        except asyncio.CancelledError:
+            continue
