@@ -55,6 +55,11 @@ class Workspace:
         return root if isinstance(root, str) else None
 
     @property
+    def is_default_local(self) -> bool:
+        """Whether the tool runs on the ``local:`` backend it made itself (paths are ours)."""
+        return isinstance(self.ops, LocalOperations)
+
+    @property
     def home(self) -> str:
         if self._home is not None:
             return self._home

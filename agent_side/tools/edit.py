@@ -176,7 +176,7 @@ def create_edit_tool_definition(
                 f"Successfully replaced {len(edits)} block(s) in {params.path}.", details
             )
 
-        return await in_mutation_queue(path, edit)
+        return await in_mutation_queue(ws, path, edit)
 
     return ToolDefinition(
         name="edit",

@@ -13,9 +13,11 @@ from operations import AbortSignal, OpsError, SearchMatch
 
 from .._messages import AgentToolResult
 from .._tool import (
+    AgentTool,
     AgentToolUpdateCallback,
     ToolContext,
     ToolDefinition,
+    wrap_tool_definition,
 )
 from ._errors import ToolError, abortable
 from ._paths import resolve_to_cwd

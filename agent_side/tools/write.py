@@ -71,7 +71,7 @@ def create_write_tool_definition(
             check_aborted(signal)
             return text_result(f"Successfully wrote to {params.path}")
 
-        return await in_mutation_queue(path, write)
+        return await in_mutation_queue(ws, path, write)
 
     return ToolDefinition(
         name="write",
