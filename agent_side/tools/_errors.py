@@ -4,7 +4,8 @@ A tool fails by raising; the loop shows ``str(error)`` to the model. Backend err
 (:class:`~operations.OpsError`) are rendered the way Node renders the matching system error, so a
 model sees the reference's texts (``ENOENT: no such file or directory, access '/w/a.txt'``).
 Errors Node has no code for (policy, confinement, limits) keep the same shape with the stable
-error code and the backend's reason: ``ESCAPES_ROOT: path escapes the workspace root, open '...'``.
+error code and its fixed description (``ESCAPES_ROOT: path escapes the workspace root, open
+'...'``); a backend's own wording is not shown, since it differs between backends.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from operations import Aborted, AbortSignal, OpsError, abort_scope
+from operations import Aborted, AbortSignal, OpsError, PolicyDenied, abort_scope
 
 __all__ = [
     "OPERATION_ABORTED",
@@ -20,6 +21,7 @@ __all__ = [
     "abortable",
     "check_aborted",
     "describe_error",
+    "describe_reason",
     "errno_name",
 ]
 
@@ -52,7 +54,15 @@ def describe_error(error: BaseException, syscall: str, path: str) -> str:
     entry = _ERRNO.get(error.code)
     if entry is not None:
         return f"{entry[0]}: {entry[1]}, {syscall} '{path}'"
-    return f"{error.code.upper()}: {error.reason}, {syscall} '{path}'"
+    return f"{error.code.upper()}: {describe_reason(error)}, {syscall} '{path}'"
+
+
+def describe_reason(error: OpsError) -> str:
+    """The error's fixed description, so every backend says the same; a policy denial keeps
+    its reason, which names the rule to change."""
+    if isinstance(error, PolicyDenied):
+        return error.reason
+    return type(error).default_reason
 
 
 def check_aborted(signal: AbortSignal | None) -> None:

@@ -27,13 +27,14 @@ from operations import (
     Timeout,
 )
 
+from .._js import js_number_to_string
 from .._messages import AgentToolResult, TextContent
 from .._tool import AgentToolUpdateCallback, ToolContext
 from ._errors import ToolError, describe_error
 from ._output import OutputAccumulator, OutputSnapshot
 from ._truncate import DEFAULT_MAX_BYTES, format_size
 
-__all__ = ["ShellRun", "SpawnContext", "SpawnHook", "js_number", "run_shell_command"]
+__all__ = ["ShellRun", "SpawnContext", "SpawnHook", "run_shell_command"]
 
 UPDATE_THROTTLE_S = 0.1  # at most ten partial results a second, as the reference
 MAX_TIMEOUT_S = 2_147_483.647  # the largest timer the reference's runtime can arm
@@ -69,13 +70,6 @@ class ShellRun:
     expose_session_environment: bool
     spawn_hook: SpawnHook | None
     env: Mapping[str, str] | None
-
-
-def js_number(value: float) -> str:
-    """A number as JavaScript prints it (``5``, ``0.05``): the reference echoes raw timeouts."""
-    if float(value).is_integer() and abs(value) < 1e21:
-        return str(int(value))
-    return repr(float(value))
 
 
 def _check_timeout(timeout: float | None) -> None:
@@ -230,7 +224,7 @@ async def run_shell_command(
     if isinstance(failure, Timeout) or (
         result is not None and result.kill_reason is KillReason.TIMEOUT
     ):
-        seconds = js_number(timeout) if timeout is not None else "?"
+        seconds = js_number_to_string(timeout) if timeout is not None else "?"
         status = f"Command timed out after {seconds} seconds"
         raise ToolError(_joined(_with_notice(snapshot, acc, ""), status))
     if isinstance(failure, OpsError):

@@ -28,7 +28,7 @@ from ._edit_diff import (
     restore_line_endings,
     strip_bom,
 )
-from ._errors import ToolError, check_aborted, errno_name
+from ._errors import ToolError, check_aborted, describe_reason, errno_name
 from ._paths import resolve_to_cwd
 from ._queue import in_mutation_queue
 from ._tooldef import constrained_sampling, text_result
@@ -204,5 +204,5 @@ def _detail(error: BaseException) -> str:
         code = errno_name(error)
         if code is not None:
             return f"Error code: {code}"
-        return f"Error code: {error.code.upper()} ({error.reason})"
+        return f"Error code: {error.code.upper()} ({describe_reason(error)})"
     return f"Error: {error}"
