@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import math
 import os
-import signal as signals
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -132,13 +131,6 @@ def _details(snapshot: OutputSnapshot) -> dict[str, Any] | None:
     }
 
 
-def _signal_name(number: int) -> str:
-    try:
-        return signals.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
-
-
 async def run_shell_command(
     run: ShellRun,
     command: str,
@@ -235,10 +227,10 @@ async def run_shell_command(
         raise ToolError(f"{text}\n\nCommand killed: its output exceeded the backend's output limit")
     if result.kill_reason is KillReason.SHUTDOWN:
         raise ToolError(f"{text}\n\nCommand killed: the backend shut down")
-    if result.exit_code is None:
+    if result.exit_code is None or result.exit_code < 0:
+        # Killed by a signal nobody here sent (a negative code is Python's way to say so). The
+        # reference calls this success; it is not (docs/parity.md).
         raise ToolError(f"{text}\n\nCommand terminated without an exit code")
-    if result.exit_code < 0:
-        raise ToolError(f"{text}\n\nCommand terminated by {_signal_name(-result.exit_code)}")
     if result.exit_code != 0:
         raise ToolError(f"{text}\n\nCommand exited with code {result.exit_code}")
     return AgentToolResult[Any](content=[TextContent(text=text)], details=details)
