@@ -20,6 +20,23 @@ def register_scheme(scheme: str, loader: Callable[[], Factory]) -> None:
     _SCHEMES[scheme] = loader
 
 
+def _load_local() -> Factory:
+    from broker import Broker
+
+    def open_local(parts: urllib.parse.SplitResult, options: dict[str, Any]) -> Backend:
+        path = urllib.parse.unquote(parts.path)
+        if parts.netloc or not path.startswith("/"):
+            raise InvalidArgument(
+                "connect", parts.geturl(), "expected an absolute root path, as in 'local:/srv/ws'"
+            )
+        return Broker(path, **options)
+
+    return open_local
+
+
+register_scheme("local", _load_local)
+
+
 def connect(url: str, **options: Any) -> Backend:
     """Open the backend that ``url`` names.
 

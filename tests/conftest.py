@@ -12,6 +12,15 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: object) -> None:
+    # Mark at collection time, before the test is parametrised: anyio's plugin replaces items
+    # marked later (dropping their other parameters, e.g. the conformance ``ws`` backends).
+    if inspect.iscoroutinefunction(obj) and name.startswith("test"):
+        pytest.mark.usefixtures("anyio_backend")(obj)
+        pytest.mark.anyio(obj)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         function = getattr(item, "function", None)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -27,6 +28,8 @@ class Workspace(Protocol):
     ops: Backend
     root: str
     outside: str
+    enforces_permissions: bool
+    """Whether mode bits stop the backend (``False`` for a disk backend run as root)."""
 
     def path(self, rel: str) -> str: ...
 
@@ -48,6 +51,14 @@ class Workspace(Protocol):
 
     def outside_digest(self) -> str: ...
 
+    def mkfifo_raw(self, rel: str) -> None: ...
+
+    def chmod_raw(self, rel: str, mode: int) -> None: ...
+
+    def mode_raw(self, rel: str) -> int:
+        """Permission bits of the entry at ``rel`` (not following a final link)."""
+        ...
+
 
 def join(root: str, rel: str) -> str:
     """``root`` + ``/`` + ``rel``, keeping ``rel`` verbatim (dots, slashes) for resolver tests."""
@@ -63,6 +74,7 @@ class DiskWorkspace:
     ops: Backend
     root: str
     outside: str
+    enforces_permissions: bool = os.geteuid() != 0
 
     @classmethod
     def create_dirs(cls, tmp_path: Path) -> tuple[str, str]:
@@ -116,6 +128,15 @@ class DiskWorkspace:
 
     def outside_digest(self) -> str:
         return tree_digest(self.outside)
+
+    def mkfifo_raw(self, rel: str) -> None:
+        os.mkfifo(os.path.join(self.root, rel))
+
+    def chmod_raw(self, rel: str, mode: int) -> None:
+        os.chmod(os.path.join(self.root, rel), mode)
+
+    def mode_raw(self, rel: str) -> int:
+        return stat.S_IMODE(os.lstat(os.path.join(self.root, rel)).st_mode)
 
 
 def tree_digest(top: str) -> str:

@@ -1,0 +1,255 @@
+"""Per-command cgroups: a cgroup v2 group per command for tracking and ``cgroup.kill``, plus limits.
+
+Layout: the manager creates ``<own cgroup>/opsbroker-<pid>-<token>`` in the cgroup v2 tree it runs
+in (``/sys/fs/cgroup`` or the hybrid ``/sys/fs/cgroup/unified``) and one ``cmd-<n>`` child per
+command. The child process writes itself into the command's ``cgroup.procs`` between fork and exec,
+so it cannot fork before it is tracked. ``cgroup.kill`` (Linux 5.14) SIGKILLs every member at once,
+fork races included; ``cgroup.events`` says ``populated 0`` when the tree is empty.
+
+Limits (``pids.max``, memory) use the v2 controllers when the tree delegates them, else the v1
+``pids`` and ``memory`` hierarchies of a hybrid host (groups of the same name there).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import secrets
+import time
+from dataclasses import dataclass, field
+
+__all__ = ["CgroupTree", "CommandCgroup", "cgroup_kill"]
+
+RMDIR_RETRY_S = 0.5
+"""How long to retry removing a group that the kernel still reports busy just after its last exit."""
+
+
+def _read(path: str) -> str:
+    with open(path) as f:
+        return f.read()
+
+
+def _write(path: str, value: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.write(fd, value.encode())
+    finally:
+        os.close(fd)
+
+
+def cgroup_kill(group: str) -> None:
+    """SIGKILL every process in ``group`` (a cgroup v2 directory), atomically."""
+    _write(os.path.join(group, "cgroup.kill"), "1")
+
+
+def _mounts() -> list[tuple[str, str, str, str]]:
+    """(mount root, mount point, fs type, super options) for each cgroup mount."""
+    out = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            left, _, right = line.partition(" - ")
+            parts = left.split()
+            fstype, _source, options = ([*right.split(), "", ""])[:3]
+            if fstype in ("cgroup", "cgroup2"):
+                out.append((parts[3], parts[4], fstype, options))
+    return out
+
+
+def _own_paths() -> dict[str, str]:
+    """This process's cgroup path per hierarchy: key ``""`` for v2, else the v1 controller list."""
+    paths = {}
+    with open("/proc/self/cgroup") as f:
+        for line in f:
+            _num, controllers, path = line.rstrip("\n").split(":", 2)
+            paths[controllers] = path
+    return paths
+
+
+def _join(mount_root: str, mount_point: str, own: str) -> str | None:
+    if not own.startswith(mount_root):
+        return None
+    rel = own[len(mount_root) :].lstrip("/")
+    return os.path.join(mount_point, rel) if rel else mount_point
+
+
+def _remove(path: str) -> None:
+    deadline = time.monotonic() + RMDIR_RETRY_S
+    while True:
+        try:
+            os.rmdir(path)
+            return
+        except FileNotFoundError:
+            return
+        except OSError as e:
+            if e.errno != errno.EBUSY or time.monotonic() > deadline:
+                raise
+            time.sleep(0.005)
+
+
+@dataclass
+class CommandCgroup:
+    """One command's groups: ``path`` (v2, tracking and kill) and any v1 limit groups."""
+
+    path: str
+    rel: str
+    limit_paths: list[str] = field(default_factory=list)
+
+    def procs_fds(self) -> list[int]:
+        """Open ``cgroup.procs`` of every group for writing; the child writes ``0`` (itself) to each."""
+        fds: list[int] = []
+        try:
+            for group in (self.path, *self.limit_paths):
+                fds.append(os.open(os.path.join(group, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC))
+        except OSError:
+            for fd in fds:
+                os.close(fd)
+            raise
+        return fds
+
+    def pids(self) -> list[int]:
+        try:
+            return [int(p) for p in _read(os.path.join(self.path, "cgroup.procs")).split()]
+        except OSError:
+            return []
+
+    def populated(self) -> bool:
+        try:
+            events = _read(os.path.join(self.path, "cgroup.events"))
+        except FileNotFoundError:
+            return False
+        return "populated 1" in events
+
+    def contains(self, pid: int) -> bool:
+        """Whether ``pid`` is a member now (read from ``/proc/<pid>/cgroup``)."""
+        try:
+            text = _read(f"/proc/{pid}/cgroup")
+        except OSError:
+            return False
+        return any(line == f"0::{self.rel}" for line in text.splitlines())
+
+    def kill(self) -> None:
+        cgroup_kill(self.path)
+
+    def remove(self) -> None:
+        for group in (self.path, *self.limit_paths):
+            _remove(group)
+
+
+class CgroupTree:
+    """The manager's own cgroup v2 group, under which each command gets a child group.
+
+    Use :meth:`create`; it returns ``None`` where no writable cgroup v2 tree with ``cgroup.kill``
+    exists (then the caller falls back to process groups and ``/proc`` sweeps).
+    """
+
+    def __init__(self, path: str, rel: str, v2_controllers: set[str], v1_groups: dict[str, str]):
+        self.path = path
+        self.rel = rel
+        self._v2_controllers = v2_controllers
+        self._v1_groups = v1_groups
+        self._counter = 0
+
+    @classmethod
+    def create(cls) -> CgroupTree | None:
+        try:
+            mounts = _mounts()
+            own = _own_paths()
+        except OSError:
+            return None
+        name = f"opsbroker-{os.getpid()}-{secrets.token_hex(4)}"
+        for root, point, fstype, _opts in mounts:
+            if fstype != "cgroup2" or "" not in own:
+                continue
+            base = _join(root, point, own[""])
+            if base is None:
+                continue
+            path = os.path.join(base, name)
+            try:
+                os.mkdir(path)
+            except OSError:
+                continue
+            if not os.path.exists(os.path.join(path, "cgroup.kill")):
+                os.rmdir(path)
+                continue
+            rel = os.path.join(own[""], name)
+            controllers = cls._enable_v2_controllers(base, path)
+            v1 = cls._make_v1_groups(mounts, own, name, skip=controllers)
+            return cls(path, rel, controllers, v1)
+        return None
+
+    @staticmethod
+    def _enable_v2_controllers(base: str, path: str) -> set[str]:
+        enabled: set[str] = set()
+        try:
+            available = set(_read(os.path.join(path, "cgroup.controllers")).split())
+        except OSError:
+            return enabled
+        for ctl in ("pids", "memory"):
+            if ctl not in available:
+                continue
+            try:
+                _write(os.path.join(path, "cgroup.subtree_control"), f"+{ctl}")
+                enabled.add(ctl)
+            except OSError:
+                pass
+        return enabled
+
+    @staticmethod
+    def _make_v1_groups(
+        mounts: list[tuple[str, str, str, str]], own: dict[str, str], name: str, skip: set[str]
+    ) -> dict[str, str]:
+        groups: dict[str, str] = {}
+        for root, point, fstype, opts in mounts:
+            if fstype != "cgroup":
+                continue
+            for ctl in ("pids", "memory"):
+                if ctl in skip or ctl in groups or ctl not in opts.split(","):
+                    continue
+                key = next((k for k in own if ctl in k.split(",")), None)
+                base = _join(root, point, own[key]) if key is not None else None
+                if base is None:
+                    continue
+                path = os.path.join(base, name)
+                try:
+                    os.mkdir(path)
+                except OSError:
+                    continue
+                groups[ctl] = path
+        return groups
+
+    @property
+    def limits(self) -> set[str]:
+        """Which limits can be applied: a subset of ``{"pids", "memory"}``."""
+        return self._v2_controllers | set(self._v1_groups)
+
+    def new_command(self, *, pids_max: int | None, memory_max: int | None) -> CommandCgroup:
+        """Create the groups for one command and apply the limits that are available."""
+        self._counter += 1
+        name = f"cmd-{self._counter}"
+        cmd = CommandCgroup(os.path.join(self.path, name), os.path.join(self.rel, name))
+        os.mkdir(cmd.path)
+        try:
+            wanted = {"pids": pids_max, "memory": memory_max}
+            for ctl, value in wanted.items():
+                if value is None:
+                    continue
+                if ctl in self._v2_controllers:
+                    limit_file = "pids.max" if ctl == "pids" else "memory.max"
+                    _write(os.path.join(cmd.path, limit_file), str(value))
+                elif ctl in self._v1_groups:
+                    group = os.path.join(self._v1_groups[ctl], name)
+                    os.mkdir(group)
+                    cmd.limit_paths.append(group)
+                    limit_file = "pids.max" if ctl == "pids" else "memory.limit_in_bytes"
+                    _write(os.path.join(group, limit_file), str(value))
+        except OSError:
+            cmd.remove()
+            raise
+        return cmd
+
+    def remove(self) -> None:
+        """Remove the manager's groups (every command group must be gone already)."""
+        for group in (self.path, *self._v1_groups.values()):
+            with contextlib.suppress(OSError):
+                _remove(group)

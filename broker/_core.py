@@ -1,0 +1,356 @@
+"""``Broker``: the enforcement core, one object implementing every ``operations`` protocol.
+
+Every file operation goes through :class:`~broker._resolver.Root`, so nothing reaches outside the
+workspace root; ``glob`` and ``search`` walk from directory fds (``_treewalk``) and may hand the
+search to a confined ``rg`` (``_rg``); commands go to the process manager with a working directory
+opened beneath the root. Front-ends (gRPC, SSH) and the ``local:`` backend call this object.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import os
+import stat as st
+from collections.abc import AsyncGenerator, Mapping, Sequence
+from types import TracebackType
+from typing import Any, Self
+
+from operations import (
+    AbortSignal,
+    DirEntry,
+    ExecResult,
+    FileKind,
+    FileStat,
+    NotADirectory,
+    NotFound,
+    OnData,
+    SearchMatch,
+    TooLarge,
+    TooManyLinks,
+    Unavailable,
+)
+from operations._search import LineMatcher, search_file
+from operations._walk import glob_paths
+
+from . import _rg, _treewalk
+from ._resolver import Root
+
+__all__ = ["DEFAULT_MAX_READ_BYTES", "Broker"]
+
+DEFAULT_MAX_READ_BYTES = 64 * 1024 * 1024  # a tool call never needs more; guards broker memory
+INLINE_READ_BYTES = 256 * 1024  # smaller files are read on the event loop (a thread hop costs more)
+READ_CHUNK = 1024 * 1024
+IMAGE_SNIFF_BYTES = 16  # enough for every signature detect_image_mime_type knows
+
+
+def _kind(mode: int) -> FileKind:
+    if st.S_ISREG(mode):
+        return FileKind.FILE
+    if st.S_ISDIR(mode):
+        return FileKind.DIRECTORY
+    if st.S_ISLNK(mode):
+        return FileKind.SYMLINK
+    return FileKind.OTHER
+
+
+def _file_stat(info: os.stat_result) -> FileStat:
+    return FileStat(_kind(info.st_mode), info.st_size, st.S_IMODE(info.st_mode), info.st_mtime)
+
+
+def _read_fd(fd: int, limit: int) -> bytes:
+    """Read ``fd`` to its end, refusing more than ``limit`` bytes (the file may grow meanwhile)."""
+    chunks: list[bytes] = []
+    total = 0
+    while True:
+        chunk = os.read(fd, min(READ_CHUNK, limit + 1 - total))
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+        total += len(chunk)
+        if total > limit:
+            raise OverflowError
+
+
+def image_mime_type(head: bytes) -> str | None:
+    """The image type that ``head`` (a file's first bytes) starts with, by magic number."""
+    if head.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "image/png"
+    if head.startswith(b"\xff\xd8\xff"):
+        return "image/jpeg"
+    if head.startswith((b"GIF87a", b"GIF89a")):
+        return "image/gif"
+    if head.startswith(b"RIFF") and head[8:12] == b"WEBP":
+        return "image/webp"
+    return None
+
+
+class Broker:
+    """The broker core over one workspace root.
+
+    Args:
+        root: the workspace directory (canonicalised once; both spellings are accepted in paths).
+        resolver: ``"openat2"`` or ``"walk"`` to force a resolution strategy (tests); by default
+            ``openat2`` where the kernel allows it.
+        max_read_bytes: the largest file ``read_file`` returns (:class:`~operations.TooLarge`
+            beyond it).
+        fsync: whether ``write_file`` flushes the file to disk before renaming it into place.
+        search_engine: ``"rg"``, ``"python"`` or ``"auto"`` (``rg`` when it can be confined
+            under Landlock, see ``_rg``).
+    """
+
+    def __init__(
+        self,
+        root: str,
+        *,
+        resolver: str | None = None,
+        max_read_bytes: int = DEFAULT_MAX_READ_BYTES,
+        fsync: bool = False,
+        search_engine: str = "auto",
+    ) -> None:
+        self._root = Root(root, strategy=resolver)
+        self._max_read = max_read_bytes
+        self._fsync = fsync
+        self._use_rg = _rg.usable() if search_engine == "auto" else search_engine == "rg"
+        self._processes: Any = None
+        self._closed = False
+
+    # --- identity -----------------------------------------------------------------------------
+
+    @property
+    def root(self) -> str:
+        return self._root.path
+
+    @property
+    def resolver(self) -> Root:
+        """The confinement resolver (for front-ends that need raw fds, e.g. SFTP)."""
+        return self._root
+
+    def capabilities(self) -> dict[str, object]:
+        """What this broker runs on: the resolver strategy, openat2 and the search engine."""
+        caps = self._root.capabilities()
+        caps["search"] = "rg" if self._use_rg else "python"
+        caps["landlock_abi"] = _rg.landlock_abi()
+        return caps
+
+    @property
+    def powershell(self) -> _PowerShell:
+        return _PowerShell(self)
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._processes is not None:
+            await self._processes.aclose()
+        self._root.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    # --- read side ----------------------------------------------------------------------------
+
+    async def read_file(self, path: str) -> bytes:
+        fd, info = self._root.open_file("read_file", path)
+        try:
+            if info.st_size > self._max_read:
+                raise self._too_large(path)
+            try:
+                if info.st_size <= INLINE_READ_BYTES:
+                    return _read_fd(fd, self._max_read)
+                return await asyncio.to_thread(_read_fd, fd, self._max_read)
+            except OverflowError:
+                raise self._too_large(path) from None
+        finally:
+            os.close(fd)
+
+    def _too_large(self, path: str) -> TooLarge:
+        return TooLarge("read_file", path, f"larger than the read limit of {self._max_read} bytes")
+
+    async def access(self, path: str, *, writable: bool = False) -> None:
+        self._root.access("access", path, writable=writable)
+
+    async def detect_image_mime_type(self, path: str) -> str | None:
+        fd, _ = self._root.open_file("detect_image_mime_type", path)
+        try:
+            return image_mime_type(os.read(fd, IMAGE_SNIFF_BYTES))
+        finally:
+            os.close(fd)
+
+    async def exists(self, path: str) -> bool:
+        try:
+            self._root.stat("exists", path)
+        except (NotFound, NotADirectory, TooManyLinks):
+            return False
+        return True
+
+    async def stat(self, path: str) -> FileStat:
+        return _file_stat(self._root.stat("stat", path))
+
+    async def lstat(self, path: str) -> FileStat:
+        return _file_stat(self._root.lstat("lstat", path))
+
+    async def is_directory(self, path: str) -> bool:
+        return st.S_ISDIR(self._root.stat("is_directory", path).st_mode)
+
+    async def readdir(self, path: str) -> list[str]:
+        return [name for name, _ in self._root.list_dir("readdir", path)]
+
+    async def list_dir(self, path: str) -> list[DirEntry]:
+        return [DirEntry(name, _kind(kind)) for name, kind in self._root.list_dir("list_dir", path)]
+
+    # --- write side ---------------------------------------------------------------------------
+
+    async def write_file(self, path: str, content: bytes | str) -> None:
+        data = content.encode("utf-8") if isinstance(content, str) else bytes(content)
+        self._root.write("write_file", path, data, fsync=self._fsync)
+
+    async def mkdir(self, path: str) -> None:
+        self._root.mkdir("mkdir", path, parents=True)
+
+    async def remove(self, path: str, *, recursive: bool = False) -> None:
+        if recursive:
+            await asyncio.to_thread(self._root.remove, "remove", path, recursive=True)
+        else:
+            self._root.remove("remove", path)
+
+    async def rename(self, source: str, destination: str) -> None:
+        self._root.rename("rename", source, destination)
+
+    # --- find and grep ------------------------------------------------------------------------
+
+    async def glob(
+        self, pattern: str, cwd: str, *, ignore: Sequence[str] = (), limit: int = 1000
+    ) -> list[str]:
+        with _treewalk.TreeAccess(self._root, "glob", cwd) as tree:
+            return await asyncio.to_thread(
+                glob_paths, tree.list_dir, tree.read_small, pattern, ignore=ignore, limit=limit
+            )
+
+    async def search(
+        self,
+        pattern: str,
+        path: str,
+        *,
+        glob: str | None = None,
+        ignore_case: bool = False,
+        literal: bool = False,
+        limit: int = 100,
+    ) -> AsyncGenerator[SearchMatch, None]:
+        matcher = LineMatcher(pattern, ignore_case=ignore_case, literal=literal)
+        if limit < 1:
+            return
+        if not await self.is_directory(path):
+            data = await self.read_file(path)
+            for count, match in enumerate(search_file(matcher, path, data), start=1):
+                yield match
+                if count >= limit:
+                    return
+            return
+        with _treewalk.TreeAccess(self._root, "search", path) as tree:
+            if self._use_rg:
+                results = _rg.search(
+                    tree,
+                    matcher,
+                    path,
+                    glob=glob,
+                    limit=limit,
+                    ignore_case=ignore_case,
+                    literal=literal,
+                )
+            else:
+                results = _treewalk.search(tree, matcher, path, glob=glob, limit=limit)
+            async with contextlib.aclosing(results) as matches:
+                async for match in matches:
+                    yield match
+
+    # --- commands -----------------------------------------------------------------------------
+
+    async def exec(
+        self,
+        command: str,
+        cwd: str,
+        *,
+        on_data: OnData,
+        signal: AbortSignal | None = None,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> ExecResult:
+        return await self._run("exec", "bash_argv", command, cwd, on_data, signal, timeout, env)
+
+    async def _run(
+        self,
+        op: str,
+        argv_builder: str,
+        command: str,
+        cwd: str,
+        on_data: OnData,
+        signal: AbortSignal | None,
+        timeout: float | None,
+        env: Mapping[str, str] | None,
+    ) -> ExecResult:
+        manager = self._process_manager(op)
+        shell = importlib.import_module("broker._shell")
+        argv = getattr(shell, argv_builder)(command)
+        try:
+            cwd_fd = self._root.open_dir(op, cwd)
+        except (NotFound, NotADirectory) as exc:
+            raise type(exc)(op, cwd, f"working directory: {exc.reason}") from None
+        try:
+            try:
+                real_cwd = os.readlink(f"/proc/self/fd/{cwd_fd}")
+            except OSError:
+                real_cwd = cwd
+            result: ExecResult = await manager.exec(
+                argv,
+                cwd_fd=cwd_fd,
+                cwd=real_cwd,
+                on_data=on_data,
+                signal=signal,
+                timeout=timeout,
+                env=env,
+            )
+            return result
+        finally:
+            os.close(cwd_fd)
+
+    def _process_manager(self, op: str) -> Any:
+        if self._closed:
+            raise Unavailable(op, None, "the broker is closed")
+        if self._processes is None:
+            try:
+                module = importlib.import_module("broker._process")
+            except ImportError:
+                raise Unavailable(op, None, "this broker build cannot run commands") from None
+            self._processes = module.ProcessManager()
+        return self._processes
+
+
+class _PowerShell:
+    """``broker.powershell``: the same broker, commands through PowerShell."""
+
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+
+    async def exec(
+        self,
+        command: str,
+        cwd: str,
+        *,
+        on_data: OnData,
+        signal: AbortSignal | None = None,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> ExecResult:
+        return await self._broker._run(
+            "powershell", "powershell_argv", command, cwd, on_data, signal, timeout, env
+        )

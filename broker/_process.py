@@ -1,0 +1,638 @@
+"""Running commands: one process tree per command, streamed output, and one kill path.
+
+Every command runs in a new session and process group, with stdin at ``/dev/null`` and stdout and
+stderr merged into one pipe that is read in bounded chunks and handed to ``on_data`` as it comes
+(awaiting it when it returns an awaitable, so a slow consumer slows the command instead of growing
+the broker's memory).
+
+The tree is tracked so that ``setsid`` and double forks cannot escape:
+
+- **cgroup mode** (a writable cgroup v2 tree with ``cgroup.kill``): each command gets its own
+  cgroup, entered by the child itself between fork and exec; the tree is empty when
+  ``cgroup.events`` says ``populated 0``. ``pids.max`` and memory limits apply here.
+- **fallback**: the broker becomes the child subreaper, each command carries an environment cookie
+  (``OPSBROKER_EXEC_ID``), and a ``/proc`` sweep finds the command's session, the cookie holders
+  and their descendants (:mod:`broker._proctree`).
+
+Where the kernel has Landlock signal scoping the command cannot signal anything outside its own
+tree, so ``kill $PPID`` fails; the new session already keeps ``kill 0`` and terminal signals away.
+
+Timeout, abort (signal or task cancellation), output limit and shutdown take the same path:
+SIGTERM (and SIGCONT, so a stopped process can act on it), ``kill_grace`` seconds, then SIGKILL of
+the whole tree, a wait until the tree is empty, and the pipe closed from the broker's side so a
+descendant that kept stdout cannot hang the call. The result then has ``exit_code=None`` and the
+reason. When the shell exits on its own, output is read until it has been idle for ``idle_grace``
+(re-armed on every chunk, as the reference's ``waitForChildProcess``), then whatever is still
+running in the tree is killed the same way: no background process outlives its command.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import math
+import os
+import signal as _signal
+import subprocess
+import uuid
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from operations import (
+    AbortSignal,
+    ExecResult,
+    InvalidArgument,
+    KillReason,
+    NotFound,
+    OnData,
+    PermissionDenied,
+    Unavailable,
+)
+
+from ._cgroup import CgroupTree, CommandCgroup
+from ._proctree import (
+    COOKIE_VAR,
+    PIDFD_SIGNAL_PROCESS_GROUP,
+    ProcStat,
+    has_pidfd,
+    is_child_subreaper,
+    pidfd_signal,
+    proc_pids,
+    read_cookie,
+    read_stat,
+    set_child_subreaper,
+)
+from ._signal_scope import SignalScope
+
+__all__ = ["ProcessCapabilities", "ProcessManager"]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+KILL_GRACE_S = 1.0
+"""SIGTERM -> SIGKILL: time for a well-behaved tool to clean up, short enough to return promptly."""
+
+IDLE_GRACE_S = 0.1
+"""After the shell exits, stop reading once output has been idle this long (reference: 100 ms)."""
+
+READ_CHUNK = 64 * 1024
+"""Bytes read from the pipe at a time: the most output the broker holds for one command."""
+
+MAX_TIMEOUT_S = 2147483.647
+"""Largest timeout accepted (the reference's limit: 2**31-1 milliseconds)."""
+
+EMPTY_TREE_LIMIT_S = 10.0
+"""After SIGKILL, how long to keep killing before reporting a tree that will not die (D state)."""
+
+POLL_FIRST_S = 0.0005
+POLL_MAX_S = 0.02
+"""Tree-empty polling: start fast (a killed tree usually empties in a millisecond), back off."""
+
+MINIMAL_ENV: Mapping[str, str] = {
+    "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "LANG": "C.UTF-8",
+}
+"""Environment when the caller passes none: never the broker's own (it may hold secrets)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessCapabilities:
+    """How this manager tracks and confines process trees on this host."""
+
+    cgroup_kill: bool
+    """Per-command cgroup v2 with ``cgroup.kill`` (else process groups and ``/proc`` sweeps)."""
+    pidfd: bool
+    """Signals and exit waits go through pidfds (no pid-reuse races)."""
+    subreaper: bool
+    """The broker is the child subreaper (fallback mode): orphans re-parent to it."""
+    signal_scope: bool
+    """Landlock signal scoping: commands cannot signal the broker or other commands."""
+    limits: frozenset[str] = frozenset()
+    """Per-command limits that can be enforced: a subset of ``{"pids", "memory"}``."""
+
+
+@dataclass(eq=False)
+class _Run:
+    """One running command: its leader, pipe, tracking and why (if) it is being killed."""
+
+    popen: subprocess.Popen[bytes]
+    read_fd: int
+    pidfd: int | None
+    cookie: str
+    leader_start: int
+    cgroup: CommandCgroup | None
+    kill_reason: KillReason | None = None
+    kill_event: asyncio.Event = field(default_factory=asyncio.Event)
+    finished: asyncio.Event = field(default_factory=asyncio.Event)
+    last_activity: float = 0.0
+    total: int = 0
+    adopted: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def request_kill(self, reason: KillReason) -> None:
+        """Ask for the tree to be killed; the first reason wins."""
+        if self.kill_reason is None:
+            self.kill_reason = reason
+            self.kill_event.set()
+
+
+def _check_timeout(timeout: float | None) -> None:
+    if timeout is None:
+        return
+    if not isinstance(timeout, int | float) or not math.isfinite(timeout) or timeout <= 0:
+        raise InvalidArgument("exec", None, "Invalid timeout: must be a finite number of seconds")
+    if timeout > MAX_TIMEOUT_S:
+        raise InvalidArgument("exec", None, f"Invalid timeout: maximum is {MAX_TIMEOUT_S} seconds")
+
+
+async def _readable(fd: int) -> None:
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[None] = loop.create_future()
+
+    def ready() -> None:
+        if not fut.done():
+            fut.set_result(None)
+
+    loop.add_reader(fd, ready)
+    try:
+        await fut
+    finally:
+        loop.remove_reader(fd)
+
+
+async def _run_to_end(coro: Coroutine[Any, Any, T]) -> tuple[T, bool]:
+    """Run ``coro`` to completion even if the caller is cancelled meanwhile.
+
+    Returns its result and whether a cancellation arrived (the caller re-raises it after).
+    """
+    task = asyncio.ensure_future(coro)
+    cancelled = False
+    while True:
+        try:
+            result = await asyncio.shield(task)
+            return result, cancelled
+        except asyncio.CancelledError:
+            if task.done():
+                raise
+            cancelled = True
+
+
+class ProcessManager:
+    """Runs commands as tracked process trees and kills them, whole, for any reason.
+
+    Args:
+        kill_grace: seconds between SIGTERM and SIGKILL.
+        idle_grace: after the shell exits, seconds of output silence before the call returns.
+        max_output_bytes: output beyond this kills the tree (``KillReason.OUTPUT_LIMIT``); the
+            bytes up to the limit are delivered.
+        use_cgroups: ``True`` requires a cgroup v2 tree with ``cgroup.kill``, ``False`` forces the
+            fallback (process groups, subreaper, ``/proc`` sweep), ``None`` detects.
+        pids_max: per-command ``pids.max`` (bounds fork bombs); needs cgroups, else ignored
+            (``capabilities().limits`` says what is enforced).
+        memory_max: per-command memory limit in bytes; needs cgroups, else ignored.
+        scope_signals: Landlock signal scoping for commands; ``None`` uses it where available.
+        background_ttl: reserved for a policy that lets background processes outlive their
+            command for a time to live; only ``None`` (kill them when the command ends) is
+            implemented today.
+    """
+
+    def __init__(
+        self,
+        *,
+        kill_grace: float = KILL_GRACE_S,
+        idle_grace: float = IDLE_GRACE_S,
+        max_output_bytes: int | None = None,
+        use_cgroups: bool | None = None,
+        pids_max: int | None = None,
+        memory_max: int | None = None,
+        scope_signals: bool | None = None,
+        background_ttl: float | None = None,
+    ) -> None:
+        if background_ttl is not None:
+            raise ValueError("background_ttl is not supported yet: background processes are killed")
+        if kill_grace < 0 or idle_grace < 0:
+            raise ValueError(f"grace periods must be non-negative, got {kill_grace}, {idle_grace}")
+        self._kill_grace = kill_grace
+        self._idle_grace = idle_grace
+        self._max_output = max_output_bytes
+        self._pids_max = pids_max
+        self._memory_max = memory_max
+        self._runs: set[_Run] = set()
+        self._closing = False
+        self._pidfd = has_pidfd()
+        self._cgroups: CgroupTree | None = None
+        if use_cgroups is not False:
+            self._cgroups = CgroupTree.create()
+            if self._cgroups is None and use_cgroups:
+                raise Unavailable(
+                    "exec", None, "no writable cgroup v2 tree with cgroup.kill on this host"
+                )
+        self._subreaper = self._cgroups is None and set_child_subreaper()
+        self._scope = SignalScope.create() if scope_signals is not False else None
+        if self._scope is None and scope_signals:
+            self._close_resources()
+            raise Unavailable("exec", None, "Landlock signal scoping is not available")
+
+    def capabilities(self) -> ProcessCapabilities:
+        """What this manager uses on this host (cgroup kill, pidfds, subreaper, signal scope)."""
+        return ProcessCapabilities(
+            cgroup_kill=self._cgroups is not None,
+            pidfd=self._pidfd,
+            subreaper=self._subreaper,
+            signal_scope=self._scope is not None,
+            limits=frozenset(self._cgroups.limits if self._cgroups is not None else ()),
+        )
+
+    async def exec(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd_fd: int | None = None,
+        cwd: str,
+        on_data: OnData,
+        signal: AbortSignal | None = None,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> ExecResult:
+        """Run ``argv`` as a new process tree and stream its merged output to ``on_data``.
+
+        Args:
+            argv: the program and its arguments (see :mod:`broker._shell` for shells).
+            cwd_fd: an open directory fd to start in (``fchdir`` in the child, race-free); when
+                given, ``cwd`` only names it in errors.
+            cwd: the working directory (used as a path only when ``cwd_fd`` is ``None``).
+            on_data: receives output bytes as they arrive; an awaitable result is awaited.
+            signal: aborting it kills the tree; the result says ``KillReason.ABORTED``.
+            timeout: seconds; when they pass the tree is killed (``KillReason.TIMEOUT``).
+            env: the command's whole environment (the caller builds it from policy); ``None``
+                means :data:`MINIMAL_ENV`. ``OPSBROKER_EXEC_ID`` is always added.
+
+        Returns:
+            ``ExecResult(exit_code)`` when the shell exited (``None`` if a signal not sent by the
+            broker ended it, as the reference reports), or ``ExecResult(None, reason)`` when the
+            broker killed the tree. Either way, no process of the tree is left when it returns.
+
+        Raises:
+            InvalidArgument: for an empty argv or an invalid timeout.
+            NotFound: when the program or working directory does not exist.
+            Unavailable: after :meth:`aclose`.
+
+        **Cancellation:** if the awaiting task is cancelled, the tree is killed exactly as for an
+        abort (SIGTERM, grace, SIGKILL, wait until empty), then ``CancelledError`` is re-raised.
+        A second cancellation during that cleanup does not cut it short.
+        """
+        if self._closing:
+            raise Unavailable("exec", None, "Cannot run a command: the process manager is closed.")
+        if not argv:
+            raise InvalidArgument("exec", None, "empty argv")
+        _check_timeout(timeout)
+        if signal is not None and signal.aborted:
+            return ExecResult(None, KillReason.ABORTED)
+        loop = asyncio.get_running_loop()
+        run = self._spawn(argv, cwd_fd, cwd, env)
+        run.last_activity = loop.time()
+        self._runs.add(run)
+        remove_listener: Callable[[], None] | None = None
+        timer = None
+        try:
+            if signal is not None:
+
+                def on_abort() -> None:
+                    loop.call_soon_threadsafe(run.request_kill, KillReason.ABORTED)
+
+                remove_listener = signal.add_listener(on_abort)
+            if timeout is not None:
+                timer = loop.call_later(timeout, run.request_kill, KillReason.TIMEOUT)
+            return await self._supervise(run, on_data)
+        finally:
+            if timer is not None:
+                timer.cancel()
+            if remove_listener is not None:
+                remove_listener()
+            self._runs.discard(run)
+            run.finished.set()
+
+    async def aclose(self) -> None:
+        """Kill every running command (``KillReason.SHUTDOWN``) and release the cgroups.
+
+        **Cancellation:** waits for each tree to be empty; cancelling it leaves the commands'
+        own calls to finish the kills.
+        """
+        self._closing = True
+        runs = list(self._runs)
+        for run in runs:
+            run.request_kill(KillReason.SHUTDOWN)
+        for run in runs:
+            await run.finished.wait()
+        self._close_resources()
+
+    def _close_resources(self) -> None:
+        if self._cgroups is not None:
+            self._cgroups.remove()
+            self._cgroups = None
+        if self._scope is not None:
+            self._scope.close()
+            self._scope = None
+
+    # -- spawning -------------------------------------------------------------------------------
+
+    def _spawn(
+        self, argv: Sequence[str], cwd_fd: int | None, cwd: str, env: Mapping[str, str] | None
+    ) -> _Run:
+        cookie = uuid.uuid4().hex
+        child_env = dict(MINIMAL_ENV if env is None else env)
+        child_env[COOKIE_VAR] = cookie
+        cgroup = None
+        procs_fds: list[int] = []
+        if self._cgroups is not None:
+            cgroup = self._cgroups.new_command(pids_max=self._pids_max, memory_max=self._memory_max)
+            procs_fds = cgroup.procs_fds()
+        scope = self._scope
+
+        def in_child() -> None:  # between fork and exec: keep it to a few system calls
+            for fd in procs_fds:
+                os.write(fd, b"0")
+            if cwd_fd is not None:
+                os.fchdir(cwd_fd)
+            if scope is not None:
+                scope.restrict_self()
+
+        need_child_hook = bool(procs_fds) or cwd_fd is not None or scope is not None
+        read_fd, write_fd = os.pipe()
+        try:
+            popen = subprocess.Popen(
+                list(argv),
+                stdin=subprocess.DEVNULL,
+                stdout=write_fd,
+                stderr=write_fd,
+                cwd=cwd if cwd_fd is None else None,
+                env=child_env,
+                start_new_session=True,
+                close_fds=True,
+                preexec_fn=in_child if need_child_hook else None,
+            )
+        except BaseException as e:
+            os.close(read_fd)
+            if cgroup is not None:
+                cgroup.remove()
+            raise self._spawn_error(e, argv, cwd) from e
+        finally:
+            os.close(write_fd)
+            for fd in procs_fds:
+                os.close(fd)
+        os.set_blocking(read_fd, False)
+        pidfd = None
+        if self._pidfd:
+            with contextlib.suppress(OSError):
+                pidfd = os.pidfd_open(popen.pid)
+        st = read_stat(popen.pid)
+        return _Run(
+            popen=popen,
+            read_fd=read_fd,
+            pidfd=pidfd,
+            cookie=cookie,
+            leader_start=st.starttime if st is not None else 0,
+            cgroup=cgroup,
+        )
+
+    @staticmethod
+    def _spawn_error(e: BaseException, argv: Sequence[str], cwd: str) -> BaseException:
+        if isinstance(e, FileNotFoundError):
+            if e.filename == cwd:
+                return NotFound("exec", cwd, "working directory does not exist")
+            return NotFound("exec", argv[0], "program not found")
+        if isinstance(e, PermissionError):
+            return PermissionDenied("exec", e.filename or argv[0], str(e.strerror))
+        if isinstance(e, OSError | subprocess.SubprocessError):
+            return Unavailable("exec", cwd, f"could not start the command: {e}")
+        return e
+
+    # -- supervising ----------------------------------------------------------------------------
+
+    async def _supervise(self, run: _Run, on_data: OnData) -> ExecResult:
+        pump = asyncio.create_task(self._pump(run, on_data))
+        exited = asyncio.create_task(self._wait_exit(run))
+        error: BaseException | None = None
+        cancelled = False
+        try:
+            await self._wait_end(run, pump, exited)
+        except asyncio.CancelledError:
+            cancelled = True
+            run.request_kill(KillReason.ABORTED)
+        except BaseException as e:  # on_data failed, or something unexpected: still kill
+            error = e
+            run.request_kill(KillReason.ABORTED)
+        _, again = await _run_to_end(self._finish(run, pump, exited))
+        if cancelled or again:
+            raise asyncio.CancelledError
+        if error is not None:
+            raise error
+        if run.kill_reason is not None:
+            return ExecResult(None, run.kill_reason)
+        code = run.popen.returncode
+        return ExecResult(code if code is not None and code >= 0 else None)
+
+    async def _wait_end(
+        self, run: _Run, pump: asyncio.Task[None], exited: asyncio.Task[None]
+    ) -> None:
+        """Return when the tree must be killed, or the shell exited and output went idle."""
+        loop = asyncio.get_running_loop()
+        killed = asyncio.create_task(run.kill_event.wait())
+        try:
+            while not exited.done() and not killed.done():
+                await asyncio.wait({exited, killed, pump}, return_when=asyncio.FIRST_COMPLETED)
+                if pump.done() and pump.exception() is not None:
+                    pump.result()
+            if run.kill_reason is not None:
+                return
+            run.last_activity = max(run.last_activity, loop.time())
+            while not pump.done() and run.kill_reason is None:
+                remaining = run.last_activity + self._idle_grace - loop.time()
+                if remaining <= 0:
+                    return
+                await asyncio.wait({pump, killed}, timeout=remaining)
+            if pump.done():
+                pump.result()
+        finally:
+            killed.cancel()
+
+    async def _pump(self, run: _Run, on_data: OnData) -> None:
+        """Read the pipe in bounded chunks and deliver them, until EOF or the output limit."""
+        loop = asyncio.get_running_loop()
+        limit = self._max_output
+        while True:
+            try:
+                data = os.read(run.read_fd, READ_CHUNK)
+            except BlockingIOError:
+                await _readable(run.read_fd)
+                continue
+            except OSError:
+                return
+            if not data:
+                return
+            run.last_activity = loop.time()
+            if limit is not None and run.total + len(data) > limit:
+                data = data[: limit - run.total]
+                run.request_kill(KillReason.OUTPUT_LIMIT)
+            run.total += len(data)
+            if data:
+                result = on_data(data)
+                if inspect.isawaitable(result):
+                    await result
+                run.last_activity = loop.time()
+            if run.kill_reason is KillReason.OUTPUT_LIMIT:
+                return
+
+    async def _wait_exit(self, run: _Run) -> None:
+        """Wait for the leader to exit and reap it (through its pidfd where there is one)."""
+        if run.pidfd is not None:
+            await _readable(run.pidfd)
+            run.popen.wait()
+        else:
+            await asyncio.get_running_loop().run_in_executor(None, run.popen.wait)
+
+    async def _finish(
+        self, run: _Run, pump: asyncio.Task[None], exited: asyncio.Task[None]
+    ) -> None:
+        """Kill what is left of the tree, stop reading, reap, and release the command's fds."""
+        try:
+            if run.kill_reason is not None or self._tree_alive(run):
+                await self._kill_tree(run)
+            pump.cancel()
+            with contextlib.suppress(BaseException):
+                await pump
+            await exited
+        finally:
+            os.close(run.read_fd)
+            if run.pidfd is not None:
+                os.close(run.pidfd)
+            self._reap_adopted(run)
+            if run.cgroup is not None:
+                try:
+                    run.cgroup.remove()
+                except OSError as e:
+                    log.warning("exec: could not remove cgroup %s: %s", run.cgroup.path, e)
+
+    # -- the one kill path ----------------------------------------------------------------------
+
+    async def _kill_tree(self, run: _Run) -> None:
+        """SIGTERM (+SIGCONT), grace, then SIGKILL until the tree is empty."""
+        self._signal_tree(run, _signal.SIGTERM)
+        self._signal_tree(run, _signal.SIGCONT)
+        if await self._wait_empty(run, self._kill_grace):
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + EMPTY_TREE_LIMIT_S
+        while True:
+            self._signal_tree(run, _signal.SIGKILL)
+            if await self._wait_empty(run, 0.1):
+                return
+            if loop.time() > deadline:
+                log.error("exec: process tree of pid %d survives SIGKILL; giving up", run.pid)
+                return
+
+    async def _wait_empty(self, run: _Run, within: float) -> bool:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + within
+        delay = POLL_FIRST_S
+        while True:
+            if not self._tree_alive(run):
+                return True
+            now = loop.time()
+            if now >= deadline:
+                return False
+            await asyncio.sleep(min(delay, deadline - now))
+            delay = min(delay * 2, POLL_MAX_S)
+
+    def _tree_alive(self, run: _Run) -> bool:
+        if run.cgroup is not None:
+            return run.cgroup.populated()
+        return any(st.alive for st in self._members(run).values())
+
+    def _signal_tree(self, run: _Run, sig: int) -> None:
+        if run.pidfd is not None:
+            # The leader's process group, race-free through its pidfd (Linux 6.9).
+            with contextlib.suppress(OSError):
+                _signal.pidfd_send_signal(run.pidfd, sig, None, PIDFD_SIGNAL_PROCESS_GROUP)
+        if run.cgroup is not None:
+            cgroup = run.cgroup
+            self._note_adopted(run, cgroup.pids())
+            if sig == _signal.SIGKILL:
+                with contextlib.suppress(OSError):
+                    cgroup.kill()
+                return
+            for pid in cgroup.pids():
+                pidfd_signal(pid, sig, cgroup.contains)
+            return
+        members = self._members(run)
+        self._note_adopted(run, members)
+        for pid, st in members.items():
+            if st.alive:
+                pidfd_signal(pid, sig, _same_process(st))
+
+    def _members(self, run: _Run) -> dict[int, ProcStat]:
+        """The command's processes, by ``/proc``: its session, cookie holders, their descendants."""
+        me = os.getpid()
+        cookie = run.cookie.encode()
+        candidates: dict[int, ProcStat] = {}
+        for pid in proc_pids():
+            if pid in (1, me):
+                continue
+            st = read_stat(pid)
+            if st is not None and st.starttime >= run.leader_start:
+                candidates[pid] = st  # anything older cannot descend from the command
+        members = {
+            pid: st
+            for pid, st in candidates.items()
+            if st.sid == run.pid or pid == run.pid or (st.alive and read_cookie(pid) == cookie)
+        }
+        grew = True
+        while grew:
+            grew = False
+            for pid, st in candidates.items():
+                if pid not in members and st.ppid in members:
+                    members[pid] = st
+                    grew = True
+        return members
+
+    def _note_adopted(self, run: _Run, pids: Mapping[int, ProcStat] | Sequence[int]) -> None:
+        """Remember members the broker adopted (subreaper), to reap them once they are zombies."""
+        if not self._subreaper and not is_child_subreaper():
+            return
+        me = os.getpid()
+        for pid in pids:
+            st = pids[pid] if isinstance(pids, Mapping) else read_stat(pid)
+            if st is not None and st.ppid == me and pid != run.pid:
+                run.adopted[pid] = st.starttime
+
+    def _reap_adopted(self, run: _Run) -> None:
+        """Reap zombies the broker adopted from this command, and only those (never asyncio's)."""
+        if not is_child_subreaper():
+            return
+        me = os.getpid()
+        for pid in proc_pids():
+            st = read_stat(pid)
+            if st is None or st.alive or st.ppid != me or pid == run.pid:
+                continue
+            ours = run.adopted.get(pid) == st.starttime or (
+                st.sid == run.pid and st.starttime >= run.leader_start
+            )
+            if ours:
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, os.WNOHANG)
+
+
+def _same_process(st: ProcStat) -> Callable[[int], bool]:
+    """A check that ``pid`` is still the process ``st`` described (same start time)."""
+
+    def check(pid: int) -> bool:
+        now = read_stat(pid)
+        return now is not None and now.starttime == st.starttime
+
+    return check

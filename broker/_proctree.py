@@ -1,0 +1,177 @@
+"""Finding and signalling a command's processes through ``/proc`` and pidfds (Linux).
+
+The fallback tree tracking, used where no writable cgroup v2 tree exists: a process belongs to a
+command when it is in the command's session (the leader's pid), carries the command's environment
+cookie (``OPSBROKER_EXEC_ID``), or descends from a process that does. ``setsid`` and double forks
+keep the cookie, so they are found; a process that both leaves the session and scrubs its
+environment is found only while its parent is a member (cgroups close that gap).
+
+Signals go through pidfds: the pidfd is opened first, membership is checked after, so a pid that
+was reused in between is never signalled (the pidfd names the old, dead process).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+__all__ = [
+    "COOKIE_VAR",
+    "PIDFD_SIGNAL_PROCESS_GROUP",
+    "ProcStat",
+    "has_pidfd",
+    "is_child_subreaper",
+    "pidfd_signal",
+    "proc_pids",
+    "read_cookie",
+    "read_cookie_pids",
+    "read_stat",
+    "set_child_subreaper",
+]
+
+COOKIE_VAR = "OPSBROKER_EXEC_ID"
+"""Environment variable set in every command: its value names the command (Jenkins' technique)."""
+
+PIDFD_SIGNAL_PROCESS_GROUP = 1 << 2
+"""``pidfd_send_signal`` flag (Linux 6.9): signal the pidfd's process group."""
+
+_PR_SET_CHILD_SUBREAPER = 36
+_PR_GET_CHILD_SUBREAPER = 37
+_libc: ctypes.CDLL | None = None
+
+
+def _prctl() -> ctypes.CDLL | None:
+    global _libc
+    if _libc is None:
+        try:
+            _libc = ctypes.CDLL(None, use_errno=True)
+        except OSError:
+            return None
+    return _libc
+
+
+@dataclass(frozen=True, slots=True)
+class ProcStat:
+    """The fields of ``/proc/<pid>/stat`` the tree tracking needs."""
+
+    pid: int
+    state: str
+    ppid: int
+    pgrp: int
+    sid: int
+    starttime: int
+
+    @property
+    def alive(self) -> bool:
+        """False for zombies and dead tasks: they hold no resources a kill could free."""
+        return self.state not in ("Z", "X", "x")
+
+
+def read_stat(pid: int) -> ProcStat | None:
+    """Parse ``/proc/<pid>/stat``; ``None`` when the process is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    # The command name may hold spaces and parentheses: split after the last ')'.
+    fields = raw[raw.rfind(b")") + 2 :].split()
+    try:
+        return ProcStat(
+            pid=pid,
+            state=fields[0].decode(),
+            ppid=int(fields[1]),
+            pgrp=int(fields[2]),
+            sid=int(fields[3]),
+            starttime=int(fields[19]),
+        )
+    except (IndexError, ValueError):
+        return None
+
+
+def proc_pids() -> Iterator[int]:
+    """Every pid currently listed in ``/proc``."""
+    with os.scandir("/proc") as it:
+        for entry in it:
+            if entry.name.isdigit():
+                yield int(entry.name)
+
+
+def read_cookie(pid: int) -> bytes | None:
+    """The value of ``OPSBROKER_EXEC_ID`` in a process's environment, if it has one."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            environ = f.read()
+    except OSError:
+        return None
+    key = COOKIE_VAR.encode() + b"="
+    for item in environ.split(b"\0"):
+        if item.startswith(key):
+            return item[len(key) :]
+    return None
+
+
+def read_cookie_pids(cookie: str) -> set[int]:
+    """Pids of live processes whose environment carries ``cookie`` (a full ``/proc`` scan)."""
+    want = cookie.encode()
+    found = set()
+    for pid in proc_pids():
+        if read_cookie(pid) == want:
+            st = read_stat(pid)
+            if st is not None and st.alive:
+                found.add(pid)
+    return found
+
+
+def has_pidfd() -> bool:
+    """Whether this kernel and Python have ``pidfd_open`` and ``pidfd_send_signal``."""
+    if not hasattr(os, "pidfd_open") or not hasattr(signal, "pidfd_send_signal"):
+        return False
+    try:
+        fd = os.pidfd_open(os.getpid())
+    except OSError:
+        return False
+    os.close(fd)
+    return True
+
+
+def pidfd_signal(pid: int, sig: int, still_member: object = None) -> bool:
+    """Send ``sig`` to ``pid`` through a pidfd, if ``still_member(pid)`` holds once it is open.
+
+    ``still_member`` is a callable ``(pid) -> bool`` re-checked after the pidfd is open (so the
+    check and the signal name the same process), or ``None`` to skip the check. Returns whether
+    the signal was sent.
+    """
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError:
+        return False
+    try:
+        if callable(still_member) and not still_member(pid):
+            return False
+        signal.pidfd_send_signal(fd, sig)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def set_child_subreaper() -> bool:
+    """Make this process the child subreaper: orphaned descendants re-parent here, not to init."""
+    libc = _prctl()
+    return libc is not None and int(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
+
+
+def is_child_subreaper() -> bool:
+    """Whether this process is a child subreaper (set by a manager or by the embedder)."""
+    libc = _prctl()
+    if libc is None:
+        return False
+    value = ctypes.c_int(0)
+    return int(libc.prctl(_PR_GET_CHILD_SUBREAPER, ctypes.byref(value), 0, 0, 0)) == 0 and bool(
+        value.value
+    )

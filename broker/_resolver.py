@@ -1,0 +1,622 @@
+"""Root confinement: every path is resolved beneath one directory fd, by the kernel where it can.
+
+:class:`Root` opens the workspace root once and resolves each path beneath that fd, with one of two
+strategies that give the same answers (Go ``os.Root`` semantics):
+
+- ``openat2``: the kernel resolves with ``RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS`` (Linux >= 5.6);
+- ``walk``: a component-by-component ``O_NOFOLLOW`` walk from the root fd, symlinks read with
+  ``readlinkat`` and spliced in userspace, restarting at the root fd after each ``..`` run.
+
+Rules (both strategies): a ``..`` may not climb above the root, even if a later component comes back
+(``../ROOT/f`` escapes); an absolute symlink is an escape; more than :data:`MAX_SYMLINKS` links is
+:class:`~operations.TooManyLinks`; ``..`` after a symlink is physical (``a => b/c``, ``a/../f`` is
+``b/f``). A trailing slash asks for a directory and follows a final link (``link/`` is ``link/.``).
+
+Operations act "via the parent": the parent directory is resolved beneath the root, then the final
+name is handled by a ``*at(parent_fd, name)`` call that never follows a symlink on its own; where
+an operation follows a final link (read, stat, write), the link text is spliced into the path and
+resolution starts again, so the target is checked by the same rules.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import secrets
+import stat as st
+from collections.abc import Callable, Iterator
+from typing import TypeVar
+
+from operations import (
+    AlreadyExists,
+    EscapesRoot,
+    InvalidArgument,
+    IsADirectory,
+    NotADirectory,
+    NotFound,
+    NotRegularFile,
+    OpsError,
+    PermissionDenied,
+    TooLarge,
+    TooManyLinks,
+    Unavailable,
+)
+
+from . import _openat2
+
+__all__ = ["MAX_SYMLINKS", "STRATEGIES", "Root"]
+
+T = TypeVar("T")
+
+MAX_SYMLINKS = 40  # Linux's own MAXSYMLINKS, so both strategies give up on the same chains
+MAX_PATH = 4096  # PATH_MAX: longer paths are refused before any syscall
+MAX_NAME = 255  # NAME_MAX: a longer component can name nothing
+MAX_WALK_STEPS = 4096  # directory opens in one walk; bounds the restarts a `..`-heavy path causes
+STRATEGIES = ("openat2", "walk")
+
+_DIR = os.O_DIRECTORY | os.O_CLOEXEC
+_NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
+_READ = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY  # O_NONBLOCK: opening a FIFO never waits
+
+
+class _FollowLink(Exception):
+    """Internal: the final name is a symlink the operation wants followed (never user-visible)."""
+
+
+def errno_error(op: str, path: str, exc: OSError) -> OpsError:
+    """The one place an errno becomes an Operations error."""
+    code = exc.errno
+    if code == errno.ENOENT:
+        return NotFound(op, path)
+    if code == errno.EISDIR:
+        return IsADirectory(op, path)
+    if code == errno.ENOTDIR:
+        return NotADirectory(op, path)
+    if code == errno.EEXIST:
+        return AlreadyExists(op, path)
+    if code == errno.ENOTEMPTY:
+        return IsADirectory(op, path, "directory not empty (remove it with recursive=True)")
+    if code == errno.ELOOP:
+        return TooManyLinks(op, path)
+    if code == errno.EXDEV:
+        return EscapesRoot(op, path)
+    if code in (errno.EACCES, errno.EPERM, errno.EROFS, errno.EBUSY):
+        return PermissionDenied(op, path, f"{os.strerror(code).lower()} (the operating system)")
+    if code in (errno.ENAMETOOLONG, errno.EINVAL):
+        return InvalidArgument(op, path, os.strerror(code).lower())
+    if code == errno.ENXIO:
+        return NotRegularFile(op, path)
+    if code in (errno.EFBIG, errno.ENOSPC, errno.EDQUOT):
+        return TooLarge(op, path, os.strerror(code).lower())
+    if code == errno.EBADF:
+        return Unavailable(op, path, "the workspace root is closed")
+    return OpsError(op, path, os.strerror(code or 0).lower())
+
+
+def _kind_error(op: str, path: str, mode: int) -> OpsError:
+    if st.S_ISDIR(mode):
+        return IsADirectory(op, path)
+    return NotRegularFile(op, path)
+
+
+class Root:
+    """A workspace root held as a directory fd; nothing it does reaches outside that directory.
+
+    Guarantees: no path, ``..`` or symlink resolves outside the root, whatever the timing; reads open
+    regular files only (a FIFO, socket or device is refused without blocking); writes are atomic.
+    Not prevented: bind mounts and hard links inside the root (they are the operator's choice).
+
+    Races: a concurrent rename or symlink swap inside the root may make an operation act on another
+    file than the one the caller meant, but that file is always inside the root (every step is
+    relative to an fd already beneath it).
+
+    Paths may be absolute (they must lie under the root, compared component by component in either
+    the given or the canonical spelling of the root: ``/w/project2`` is not under ``/w/project``) or
+    relative to the root.
+
+    Args:
+        path: the root directory. It is canonicalised once, here.
+        strategy: ``"openat2"`` or ``"walk"`` to force one (tests); ``None`` picks ``openat2`` when
+            the kernel allows it.
+    """
+
+    def __init__(self, path: str, *, strategy: str | None = None) -> None:
+        if strategy is None:
+            strategy = "openat2" if _openat2.available() else "walk"
+        if strategy not in STRATEGIES:
+            raise InvalidArgument("open_root", path, f"unknown strategy {strategy!r}")
+        if strategy == "openat2" and not _openat2.available():
+            raise Unavailable("open_root", path, "openat2 is not available on this system")
+        self.strategy = strategy
+        self.path = os.path.abspath(path)
+        self.real = os.path.realpath(path)
+        try:
+            self._fd = os.open(self.real, os.O_RDONLY | _DIR)
+        except OSError as exc:
+            raise errno_error("open_root", path, exc) from None
+        self._prefixes = [_components(os.fsencode(self.path)), _components(os.fsencode(self.real))]
+
+    def capabilities(self) -> dict[str, object]:
+        """Which resolver runs and what the kernel offers (reported by the broker)."""
+        return {"resolver": self.strategy, "openat2_available": _openat2.available()}
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            fd, self._fd = self._fd, -1
+            os.close(fd)
+
+    @property
+    def closed(self) -> bool:
+        return self._fd < 0
+
+    # --- path parsing -------------------------------------------------------------------------
+
+    def relative(self, op: str, path: str) -> str:
+        """``path`` relative to the root, lexically (for messages, audit and result paths)."""
+        parts = self._split(op, path)
+        return os.fsdecode(b"/".join(parts))
+
+    def _split(self, op: str, path: str) -> list[bytes]:
+        """Check ``path`` and return its components beneath the root, ``.`` dropped.
+
+        A trailing slash, or a final ``..``, becomes a final ``.`` (a directory is meant); the root
+        itself is ``[b"."]``.
+        """
+        if self._fd < 0:
+            raise Unavailable(op, path, "the workspace root is closed")
+        if not isinstance(path, str):
+            raise InvalidArgument(op, repr(path), "a path must be a string")
+        if not path:
+            raise InvalidArgument(op, path, "empty path")
+        if "\x00" in path:
+            raise InvalidArgument(op, path, "path contains a NUL byte")
+        try:
+            raw = os.fsencode(path)
+        except UnicodeError:
+            raise InvalidArgument(op, path, "path is not valid UTF-8") from None
+        if len(raw) > MAX_PATH:
+            raise InvalidArgument(op, path, f"path longer than {MAX_PATH} bytes")
+        parts = _components(raw)
+        if raw.startswith(b"/"):
+            for prefix in self._prefixes:
+                if parts[: len(prefix)] == prefix:
+                    parts = parts[len(prefix) :]
+                    break
+            else:
+                raise EscapesRoot(op, path, "path is outside the workspace root")
+        for part in parts:
+            if len(part) > MAX_NAME:
+                raise InvalidArgument(op, path, f"a path component is longer than {MAX_NAME} bytes")
+        if raw.endswith(b"/") or raw.endswith(b"/.") or raw == b".":
+            parts.append(b".")
+        return _finish(parts)
+
+    def _split_mutation(self, op: str, path: str) -> tuple[list[bytes], bool]:
+        """As :meth:`_split`, for operations on the final name itself: ``(parts, must_be_dir)``."""
+        parts = self._split(op, path)
+        if len(parts) > 1 and parts[-1] == b".":
+            parts.pop()
+            return parts, True
+        return parts, False
+
+    # --- the resolver -------------------------------------------------------------------------
+
+    def _parent(self, op: str, path: str, parts: list[bytes], links: list[int]) -> tuple[int, bool]:
+        """Open the directory holding ``parts[-1]``: ``(fd, owned)``. May rewrite ``parts``."""
+        if len(parts) == 1:
+            return self._fd, False
+        if self.strategy == "openat2":
+            try:
+                return _openat2.openat2(self._fd, b"/".join(parts[:-1]), os.O_PATH | _DIR), True
+            except OSError as exc:
+                if exc.errno != errno.EAGAIN:
+                    raise
+                # Renames kept racing with the kernel's check; the walk gives the same answer.
+        return self._walk(op, path, parts, links)
+
+    def _walk(self, op: str, path: str, parts: list[bytes], links: list[int]) -> tuple[int, bool]:
+        fd, owned = self._fd, False
+        i = steps = 0
+        try:
+            while i < len(parts) - 1:
+                name = parts[i]
+                if name == b"..":
+                    count = 1
+                    while parts[i + count] == b"..":  # the final part is never ".."
+                        count += 1
+                    if count > i:
+                        raise EscapesRoot(op, path)
+                    del parts[i - count : i + count]
+                    i = 0
+                    if owned:
+                        os.close(fd)
+                    fd, owned = self._fd, False
+                    continue
+                steps += 1
+                if steps > MAX_WALK_STEPS:
+                    raise InvalidArgument(op, path, "path needs too many steps to resolve")
+                try:
+                    next_fd = os.open(name, os.O_PATH | _DIR | os.O_NOFOLLOW, dir_fd=fd)
+                except OSError as exc:
+                    if exc.errno not in (errno.ENOTDIR, errno.ELOOP):
+                        raise
+                    target = _readlink(fd, name)
+                    if target is None:
+                        raise
+                    parts[i : i + 1] = _link_components(op, path, target, links)
+                    continue
+                if owned:
+                    os.close(fd)
+                fd, owned = next_fd, True
+                i += 1
+        except BaseException:
+            if owned:
+                os.close(fd)
+            raise
+        return fd, owned
+
+    def _at(
+        self,
+        op: str,
+        path: str,
+        parts: list[bytes],
+        fn: Callable[[int, bytes], T],
+    ) -> T:
+        """Resolve the parent of ``parts`` and call ``fn(parent_fd, name)``.
+
+        ``fn`` never follows a final symlink itself; it raises :class:`_FollowLink` to have it
+        followed, and the link text is spliced in and checked like any other path.
+        """
+        links = [0]
+        parts = list(parts)
+        while True:
+            fd, owned = self._parent(op, path, parts, links)
+            try:
+                return fn(fd, parts[-1])
+            except _FollowLink:
+                target = _readlink(fd, parts[-1])
+            finally:
+                if owned:
+                    os.close(fd)
+            if target is None:  # replaced by a non-link since fn looked: look again (counted)
+                links[0] += 1
+                if links[0] > MAX_SYMLINKS:
+                    raise TooManyLinks(op, path)
+                continue
+            parts = _finish(parts[:-1] + _link_components(op, path, target, links, final=True))
+
+    @contextlib.contextmanager
+    def _errors(self, op: str, path: str) -> Iterator[None]:
+        try:
+            yield
+        except OSError as exc:
+            raise errno_error(op, path, exc) from None
+        except RecursionError:
+            raise InvalidArgument(op, path, "directory tree too deep") from None
+
+    # --- operations ---------------------------------------------------------------------------
+
+    def open_file(self, op: str, path: str) -> tuple[int, os.stat_result]:
+        """Open the regular file at ``path`` for reading (final links followed inside the root).
+
+        Returns the fd (the caller closes it) and its ``fstat``.
+        """
+        parts = self._split(op, path)
+        with self._errors(op, path):
+            fd = self._open(op, path, parts, _READ)
+            info = os.fstat(fd)
+            if not st.S_ISREG(info.st_mode):
+                os.close(fd)
+                raise _kind_error(op, path, info.st_mode)
+            return fd, info
+
+    def open_dir(self, op: str, path: str) -> int:
+        """Open the directory at ``path`` (final links followed inside the root)."""
+        parts = self._split(op, path)
+        with self._errors(op, path):
+            return self._open(op, path, parts, os.O_RDONLY | _DIR)
+
+    def _open(self, op: str, path: str, parts: list[bytes], flags: int) -> int:
+        if self.strategy == "openat2":
+            try:
+                return _openat2.openat2(self._fd, b"/".join(parts), flags)
+            except OSError as exc:
+                if exc.errno != errno.EAGAIN:
+                    raise
+        return self._at(op, path, parts, lambda d, n: _open_nofollow(d, n, flags))
+
+    def stat(self, op: str, path: str) -> os.stat_result:
+        """``stat`` of ``path``, following symlinks inside the root."""
+        parts = self._split(op, path)
+        with self._errors(op, path):
+            return self._at(op, path, parts, _stat_follow)
+
+    def lstat(self, op: str, path: str) -> os.stat_result:
+        """``lstat`` of ``path``: a final symlink is reported, not followed."""
+        parts = self._split(op, path)
+        with self._errors(op, path):
+            return self._at(op, path, parts, _lstat)
+
+    def readlink(self, op: str, path: str) -> str:
+        parts, _ = self._split_mutation(op, path)
+        with self._errors(op, path):
+            return os.fsdecode(self._at(op, path, parts, lambda d, n: os.readlink(n, dir_fd=d)))
+
+    def access(self, op: str, path: str, *, writable: bool = False) -> None:
+        """Raise unless ``path`` exists (following links inside the root) and is readable
+        (and writable, if asked) for this process."""
+        mode = os.R_OK | (os.W_OK if writable else 0)
+
+        def check(d: int, n: bytes) -> None:
+            _stat_follow(d, n)
+            if not os.access(n, mode, dir_fd=d, effective_ids=True, follow_symlinks=False):
+                what = "readable and writable" if writable else "readable"
+                raise PermissionDenied(op, path, f"not {what} (the operating system)")
+
+        parts = self._split(op, path)
+        with self._errors(op, path):
+            self._at(op, path, parts, check)
+
+    def list_dir(self, op: str, path: str) -> list[tuple[str, int]]:
+        """The entries of directory ``path`` as ``(name, st_mode file type)``, links not followed.
+
+        Read from the directory fd: types come from ``d_type`` or ``fstatat`` relative to that fd,
+        never from a path-based ``lstat`` (Go's CVE-2026-27139).
+        """
+        fd = self.open_dir(op, path)
+        with self._errors(op, path):
+            try:
+                return list_fd(fd)
+            finally:
+                os.close(fd)
+
+    def mkdir(self, op: str, path: str, *, parents: bool = True, mode: int = 0o777) -> None:
+        """Create directory ``path`` (and, with ``parents``, missing parents), each step via its
+        parent fd. An existing directory is not an error; an existing symlink at ``path`` is."""
+        parts, _ = self._split_mutation(op, path)
+
+        def make(d: int, n: bytes) -> None:
+            try:
+                os.mkdir(n, mode, dir_fd=d)
+            except FileExistsError:
+                info = os.stat(n, dir_fd=d, follow_symlinks=False)
+                if not st.S_ISDIR(info.st_mode):
+                    raise
+            except OSError as exc:
+                if exc.errno == errno.EINVAL and n in (b".", b".."):
+                    return
+                raise
+
+        with self._errors(op, path):
+            if parts[-1] == b"..":
+                self._at(op, path, [*parts, b"."], _stat_dir)
+                return
+            try:
+                self._at(op, path, parts, make)
+            except (FileNotFoundError, NotFound):
+                if not parents or len(parts) == 1:
+                    raise
+                for end in range(1, len(parts)):
+                    prefix = _finish(parts[:end])
+                    if prefix[-1] == b".":
+                        self._at(op, path, prefix, _stat_dir)
+                    else:
+                        self._at(op, path, prefix, _mkdir_or_dir)
+                self._at(op, path, parts, make)
+
+    def remove(self, op: str, path: str, *, recursive: bool = False) -> None:
+        """Remove a file, a symlink (never its target) or a directory (empty unless recursive)."""
+        parts, must_be_dir = self._split_mutation(op, path)
+        self._check_names(op, path, parts, "remove")
+
+        def remove(d: int, n: bytes) -> None:
+            info = os.stat(n, dir_fd=d, follow_symlinks=False)
+            if st.S_ISDIR(info.st_mode):
+                if recursive:
+                    _remove_tree(d, n)
+                else:
+                    os.rmdir(n, dir_fd=d)
+            elif must_be_dir:
+                raise NotADirectory(op, path)
+            else:
+                os.unlink(n, dir_fd=d)
+
+        with self._errors(op, path):
+            self._at(op, path, parts, remove)
+
+    def rename(self, op: str, source: str, destination: str) -> None:
+        """Rename ``source`` to ``destination``; a final symlink at either end is moved or replaced,
+        never followed. Both parents are resolved beneath the root."""
+        src, src_dir = self._split_mutation(op, source)
+        dst, dst_dir = self._split_mutation(op, destination)
+        self._check_names(op, source, src, "rename")
+        self._check_names(op, destination, dst, "rename")
+
+        def inner(sd: int, sn: bytes) -> None:
+            if src_dir or dst_dir:
+                info = os.stat(sn, dir_fd=sd, follow_symlinks=False)
+                if not st.S_ISDIR(info.st_mode):
+                    raise NotADirectory(op, source)
+
+            def move(dd: int, dn: bytes) -> None:
+                try:
+                    os.rename(sn, dn, src_dir_fd=sd, dst_dir_fd=dd)
+                except OSError as exc:
+                    if exc.errno == errno.EXDEV:
+                        raise InvalidArgument(
+                            op, source, "cannot rename across filesystems"
+                        ) from None
+                    raise errno_error(op, source, exc) from None
+
+            with self._errors(op, destination):
+                self._at(op, destination, dst, move)
+
+        with self._errors(op, source):
+            self._at(op, source, src, inner)
+
+    def write(
+        self, op: str, path: str, data: bytes, *, fsync: bool = False, max_bytes: int | None = None
+    ) -> None:
+        """Replace or create the file at ``path`` atomically: a temp file in the same directory
+        (via the parent fd), then ``renameat`` over the name. A final symlink is followed only to
+        its target inside the root; the mode (and, when allowed, the owner) of a replaced file is
+        kept."""
+        if max_bytes is not None and len(data) > max_bytes:
+            raise TooLarge(op, path, f"{len(data)} bytes exceed the write limit of {max_bytes}")
+        parts = self._split(op, path)
+
+        def write(d: int, n: bytes) -> None:
+            try:
+                old: os.stat_result | None = os.stat(n, dir_fd=d, follow_symlinks=False)
+            except FileNotFoundError:
+                old = None
+            if old is not None:
+                if st.S_ISLNK(old.st_mode):
+                    raise _FollowLink
+                if not st.S_ISREG(old.st_mode):
+                    raise _kind_error(op, path, old.st_mode)
+            _atomic_write(d, n, data, old, fsync)
+
+        with self._errors(op, path):
+            self._at(op, path, parts, write)
+
+    def _check_names(self, op: str, path: str, parts: list[bytes], what: str) -> None:
+        if parts == [b"."]:
+            raise InvalidArgument(op, path, f"cannot {what} the workspace root")
+        if parts[-1] in (b".", b".."):
+            raise InvalidArgument(op, path, f"cannot {what} a path ending in '.' or '..'")
+
+
+# --- helpers on (dir fd, name) pairs; none follows a final symlink --------------------------------
+
+
+def _components(raw: bytes) -> list[bytes]:
+    return [part for part in raw.split(b"/") if part and part != b"."]
+
+
+def _finish(parts: list[bytes]) -> list[bytes]:
+    """Make the final part name something an ``*at`` call can act on: never ``..``, never empty."""
+    if not parts or parts[-1] == b"..":
+        parts.append(b".")
+    return parts
+
+
+def _link_components(
+    op: str, path: str, target: bytes, links: list[int], *, final: bool = False
+) -> list[bytes]:
+    links[0] += 1
+    if links[0] > MAX_SYMLINKS:
+        raise TooManyLinks(op, path)
+    if target.startswith(b"/"):
+        raise EscapesRoot(op, path, "an absolute symlink leads outside the workspace root")
+    if not target:
+        raise NotFound(op, path, "empty symlink")
+    parts = _components(target)
+    if final and (target.endswith(b"/") or target.endswith(b"/.") or target == b"."):
+        parts.append(b".")
+    return parts
+
+
+def _readlink(dirfd: int, name: bytes) -> bytes | None:
+    """The link text of ``name``, or ``None`` if it is not a symlink."""
+    try:
+        return os.readlink(name, dir_fd=dirfd)
+    except OSError as exc:
+        if exc.errno in (errno.EINVAL, errno.ENOENT, errno.ENOTDIR):
+            return None
+        raise
+
+
+def _open_nofollow(dirfd: int, name: bytes, flags: int) -> int:
+    try:
+        return os.open(name, flags | _NOFOLLOW, dir_fd=dirfd)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR) and _readlink(dirfd, name) is not None:
+            raise _FollowLink from None
+        raise
+
+
+def _lstat(dirfd: int, name: bytes) -> os.stat_result:
+    return os.stat(name, dir_fd=dirfd, follow_symlinks=False)
+
+
+def _stat_follow(dirfd: int, name: bytes) -> os.stat_result:
+    info = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
+    if st.S_ISLNK(info.st_mode):
+        raise _FollowLink
+    return info
+
+
+def _stat_dir(dirfd: int, name: bytes) -> None:
+    if not st.S_ISDIR(_stat_follow(dirfd, name).st_mode):
+        raise OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
+
+
+def _mkdir_or_dir(dirfd: int, name: bytes) -> None:
+    """One step of ``mkdir -p``: create ``name``, or accept a directory (or link to one) there."""
+    try:
+        os.mkdir(name, 0o777, dir_fd=dirfd)
+    except FileExistsError:
+        _stat_dir(dirfd, name)
+
+
+def list_fd(fd: int) -> list[tuple[str, int]]:
+    entries = []
+    with os.scandir(fd) as it:
+        for entry in it:
+            if entry.is_symlink():
+                kind = st.S_IFLNK
+            elif entry.is_dir(follow_symlinks=False):
+                kind = st.S_IFDIR
+            elif entry.is_file(follow_symlinks=False):
+                kind = st.S_IFREG
+            else:
+                kind = st.S_IFIFO  # any other kind: FIFO, socket, device
+            entries.append((entry.name, kind))
+    return entries
+
+
+def _remove_tree(dirfd: int, name: bytes) -> None:
+    """Remove directory ``name`` and everything in it, each step relative to a directory fd."""
+    fd = os.open(name, os.O_RDONLY | _DIR | os.O_NOFOLLOW, dir_fd=dirfd)
+    try:
+        for child, kind in list_fd(fd):
+            raw = os.fsencode(child)
+            if kind == st.S_IFDIR:
+                _remove_tree(fd, raw)
+            else:
+                os.unlink(raw, dir_fd=fd)
+    finally:
+        os.close(fd)
+    os.rmdir(name, dir_fd=dirfd)
+
+
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+NEW_FILE_MODE = 0o666 & ~_UMASK  # what open(2) would give a new file
+
+
+def _atomic_write(
+    dirfd: int, name: bytes, data: bytes, old: os.stat_result | None, fsync: bool
+) -> None:
+    temp = b".opsbroker-" + secrets.token_hex(8).encode() + b".tmp"
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o600, dir_fd=dirfd)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            if old is not None:
+                with contextlib.suppress(OSError):
+                    os.fchown(fd, old.st_uid, old.st_gid)
+            os.fchmod(fd, st.S_IMODE(old.st_mode) if old is not None else NEW_FILE_MODE)
+            if fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(temp, name, src_dir_fd=dirfd, dst_dir_fd=dirfd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp, dir_fd=dirfd)
+        raise

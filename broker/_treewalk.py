@@ -1,0 +1,197 @@
+"""The broker side of ``glob`` and ``search``: the shared walk (``operations._walk``) over fds.
+
+:class:`TreeAccess` holds a directory opened beneath the root and gives the walk its two callbacks,
+``list_dir`` and ``read_small``, over paths relative to that directory. Every open starts at the
+directory fd and follows **no** symlink at all (``openat2`` with ``RESOLVE_NO_SYMLINKS``, or an
+``O_NOFOLLOW`` open per component), so a link swapped in mid-walk makes that entry fail and be
+skipped; nothing outside the root is listed or read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import os
+import stat as st
+import threading
+from collections.abc import AsyncGenerator, Callable, Iterator
+from types import TracebackType
+from typing import Self, TypeVar
+
+from operations import FileKind, OpsError, SearchMatch
+from operations._search import BINARY_SNIFF_BYTES, LineMatcher, search_tree
+
+from . import _openat2
+from ._resolver import Root, errno_error, list_fd
+
+__all__ = ["MAX_SEARCH_FILE_BYTES", "TreeAccess", "iterate_in_thread", "search"]
+
+T = TypeVar("T")
+
+MAX_SEARCH_FILE_BYTES = 64 * 1024 * 1024  # larger files are skipped by search (ripgrep would mmap)
+MAX_IGNORE_FILE_BYTES = 1024 * 1024  # an ignore file larger than this is not an ignore file
+_NO_LINKS = _openat2.RESOLVE_BENEATH | _openat2.RESOLVE_NO_MAGICLINKS | _openat2.RESOLVE_NO_SYMLINKS
+_KINDS = {st.S_IFREG: FileKind.FILE, st.S_IFDIR: FileKind.DIRECTORY, st.S_IFLNK: FileKind.SYMLINK}
+
+
+class Stopped(Exception):
+    """Internal: the consumer went away; ends a walk running in a thread (never user-visible)."""
+
+
+class TreeAccess:
+    """Link-free access to the tree under ``path`` (a directory beneath the root).
+
+    Use as a context manager: the directory fd is opened on entry and closed on exit.
+    """
+
+    def __init__(self, root: Root, op: str, path: str) -> None:
+        self._root = root
+        self._op = op
+        self.path = path
+        self.fd = -1
+        self.stopped = threading.Event()
+
+    def __enter__(self) -> Self:
+        self.fd = self._root.open_dir(self._op, self.path)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stopped.set()
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def open(self, rel: str, flags: int) -> int:
+        """Open ``rel`` beneath the directory without following any symlink."""
+        if self.stopped.is_set():
+            raise Stopped
+        raw = os.fsencode(rel) if rel else b"."
+        try:
+            if self._root.strategy == "openat2":
+                with contextlib.suppress(BlockingIOError):  # EAGAIN: fall back to the walk
+                    return _openat2.openat2(self.fd, raw, flags, resolve=_NO_LINKS)
+            return _open_no_links(self.fd, raw, flags)
+        except OSError as exc:
+            raise errno_error(self._op, rel, exc) from None
+
+    def list_dir(self, rel: str) -> list[tuple[str, FileKind]]:
+        fd = self.open(rel, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            return [(name, _KINDS.get(kind, FileKind.OTHER)) for name, kind in list_fd(fd)]
+        except OSError as exc:
+            raise errno_error(self._op, rel, exc) from None
+        finally:
+            os.close(fd)
+
+    def read(self, rel: str, limit: int) -> bytes | None:
+        """The content of the regular file ``rel``, or ``None`` if it is not one or is too big."""
+        fd = self.open(rel, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+        try:
+            info = os.fstat(fd)
+            if not st.S_ISREG(info.st_mode) or info.st_size > limit:
+                return None
+            chunks = []
+            while chunk := os.read(fd, 1024 * 1024):
+                chunks.append(chunk)
+            return b"".join(chunks)
+        except OSError as exc:
+            raise errno_error(self._op, rel, exc) from None
+        finally:
+            os.close(fd)
+
+    def read_small(self, rel: str) -> bytes | None:
+        """``read`` for ignore files (the walk's ``ReadFile`` callback)."""
+        return self.read(rel, MAX_IGNORE_FILE_BYTES)
+
+    def read_file(self, rel: str) -> bytes | None:
+        """``read`` for searched files."""
+        return self.read(rel, MAX_SEARCH_FILE_BYTES)
+
+    def head(self, rel: str) -> bytes | None:
+        """The first :data:`BINARY_SNIFF_BYTES` of regular file ``rel`` (``None`` if not one)."""
+        try:
+            fd = self.open(rel, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+        except OpsError:
+            return None
+        try:
+            if not st.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            return os.read(fd, BINARY_SNIFF_BYTES)
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+
+
+def _open_no_links(dirfd: int, raw: bytes, flags: int) -> int:
+    parts = [p for p in raw.split(b"/") if p and p != b"."] or [b"."]
+    if b".." in parts:
+        raise OSError(errno.EXDEV, "'..' in a walk path")
+    fd, owned = dirfd, False
+    try:
+        for part in parts[:-1]:
+            next_fd = os.open(
+                part, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd
+            )
+            if owned:
+                os.close(fd)
+            fd, owned = next_fd, True
+        return os.open(parts[-1], flags | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+    finally:
+        if owned:
+            os.close(fd)
+
+
+async def iterate_in_thread(
+    tree: TreeAccess, produce: Callable[[], Iterator[T]]
+) -> AsyncGenerator[T, None]:
+    """Run the blocking iterator ``produce()`` in a thread and yield its items as they come.
+
+    Closing the returned generator stops the thread at its next file-system call.
+    """
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[tuple[bool, object]] = asyncio.Queue()
+
+    def run() -> None:
+        try:
+            for item in produce():
+                loop.call_soon_threadsafe(queue.put_nowait, (False, item))
+                if tree.stopped.is_set():
+                    break
+            loop.call_soon_threadsafe(queue.put_nowait, (True, None))
+        except Stopped:
+            loop.call_soon_threadsafe(queue.put_nowait, (True, None))
+        except BaseException as exc:
+            loop.call_soon_threadsafe(queue.put_nowait, (True, exc))
+
+    worker = loop.run_in_executor(None, run)
+    try:
+        while True:
+            done, item = await queue.get()
+            if done:
+                if isinstance(item, BaseException):
+                    raise item
+                return
+            yield item  # type: ignore[misc]
+    finally:
+        tree.stopped.set()
+        await asyncio.shield(worker)
+
+
+async def search(
+    tree: TreeAccess, matcher: LineMatcher, path: str, *, glob: str | None, limit: int
+) -> AsyncGenerator[SearchMatch, None]:
+    """The Python search: ``operations._search.search_tree`` over the tree's fds, in a thread."""
+
+    def produce() -> Iterator[SearchMatch]:
+        return search_tree(matcher, path, tree.list_dir, tree.read_file, glob=glob, limit=limit)
+
+    async with contextlib.aclosing(iterate_in_thread(tree, produce)) as matches:
+        async for match in matches:
+            yield match
