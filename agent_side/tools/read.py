@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from operations import AbortSignal, OpsError
+from operations import AbortSignal, IsADirectory, OpsError
 
 from .._messages import AgentToolResult
 from .._tool import (
@@ -81,6 +81,8 @@ def create_read_tool_definition(
                 raise ToolError(describe_error(exc, "access", path)) from None
             try:
                 data: bytes = await ws.ops.read_file(path)
+            except IsADirectory as exc:  # Node opens it, then fails the read itself
+                raise ToolError(describe_error(exc, "read", None)) from None
             except OpsError as exc:
                 raise ToolError(describe_error(exc, "open", path)) from None
             mime = detect_image_mime_type(data)

@@ -37,6 +37,12 @@ async def test_read_missing_file(tw: ToolWorkspace) -> None:
     assert message == f"ENOENT: no such file or directory, access '{tw.path('missing.txt')}'"
 
 
+async def test_read_directory(tw: ToolWorkspace) -> None:
+    tw.write("dir/inner.txt", "x")
+    message = await fail(create_read_tool(tw.root, operations=tw.ops), path="dir")
+    assert message == "EISDIR: illegal operation on a directory, read"
+
+
 async def test_read_truncates_by_lines(tw: ToolWorkspace) -> None:
     tw.write("big.txt", _lines(2500))
     result = await call(create_read_tool(tw.root, operations=tw.ops), path="big.txt")
