@@ -201,3 +201,29 @@ async def test_default_backend_is_local(tmp_path: Path) -> None:
     await call(tools["write"], path="made/here.txt", content="ok\n")
     assert (tmp_path / "made" / "here.txt").read_text() == "ok\n"
     assert text(await call(tools["bash"], command="cat made/here.txt")) == "ok\n"
+
+
+def test_prompt_contributions() -> None:
+    from agent_side.tools import create_all_tool_definitions
+
+    ops = InMemoryOperations()
+    found = {
+        d.name: (d.prompt_snippet, list(d.prompt_guidelines or []))
+        for d in create_all_tool_definitions("/workspace", ops)
+    }
+    assert found["read"] == (
+        "Read file contents",
+        ["Use read to examine files instead of cat or sed."],
+    )
+    assert found["write"] == (
+        "Create or overwrite files",
+        ["Use write only for new files or complete rewrites."],
+    )
+    assert found["grep"] == ("Search file contents for patterns (respects .gitignore)", [])
+    assert found["find"] == ("Find files by glob pattern (respects .gitignore)", [])
+    assert found["ls"] == ("List directory contents", [])
+    assert found["powershell"][0] == "Execute PowerShell commands"
+    assert (
+        found["edit"][1][0] == "Use edit for precise changes (edits[].oldText must match exactly)"
+    )
+    assert len(found["edit"][1]) == 4
