@@ -11,6 +11,7 @@ from pydantic import BaseModel, Field
 from operations import AbortSignal, IsADirectory, OpsError
 
 from .._messages import AgentToolResult
+from .._schema import JsonNumber
 from .._tool import (
     AgentTool,
     AgentToolUpdateCallback,
@@ -41,10 +42,10 @@ NON_VISION_NOTE = (
 
 class ReadParams(BaseModel):
     path: str = Field(description="Path to the file to read (relative or absolute)")
-    offset: float | None = Field(
+    offset: JsonNumber | None = Field(
         default=None, description="Line number to start reading from (1-indexed)"
     )
-    limit: float | None = Field(default=None, description="Maximum number of lines to read")
+    limit: JsonNumber | None = Field(default=None, description="Maximum number of lines to read")
 
 
 def create_read_tool_definition(
