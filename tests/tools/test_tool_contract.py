@@ -19,7 +19,7 @@ from agent_side.tools import (
     create_write_tool,
     prepare_edit_arguments,
 )
-from operations import AbortController, InMemoryOperations, PermissionDenied
+from operations import AbortController, InMemoryOperations, PermissionDenied, PolicyDenied
 from tests.tools._call import call, fail, text
 
 pytestmark = pytest.mark.anyio
@@ -227,3 +227,20 @@ def test_prompt_contributions() -> None:
         found["edit"][1][0] == "Use edit for precise changes (edits[].oldText must match exactly)"
     )
     assert len(found["edit"][1]) == 4
+
+
+class Guarded(InMemoryOperations):
+    """A backend whose policy refuses writes to ``*.pem``."""
+
+    async def write_file(self, path: str, content: bytes | str) -> None:
+        if path.endswith(".pem"):
+            raise PolicyDenied("write_file", path, rule="deny_write: **/*.pem")
+        await super().write_file(path, content)
+
+
+async def test_policy_denial_names_the_rule() -> None:
+    write = create_write_tool("/workspace", operations=Guarded())
+    message = await fail(write, path="keys/server.pem", content="secret")
+    assert message == (
+        "POLICY_DENIED: denied by policy (deny_write: **/*.pem), open '/workspace/keys/server.pem'"
+    )
