@@ -63,7 +63,7 @@ def mutation_queue_key(path: str) -> str:
 
 async def _key(
     path: str,
-    namespace: Hashable | None,
+    namespace: object,
     resolve: Callable[[str], Awaitable[str]] | None,
 ) -> Hashable:
     if namespace is None and resolve is None:
@@ -71,6 +71,10 @@ async def _key(
     normalised = posixpath.normpath(path)
     if resolve is not None:
         normalised = await resolve(normalised)
+    try:
+        hash(namespace)
+    except TypeError:
+        return (id(namespace), normalised)  # an unhashable backend object: its identity
     return (namespace, normalised)
 
 
@@ -78,12 +82,13 @@ async def with_file_mutation_queue(
     path: str,
     fn: Callable[[], Awaitable[T]],
     *,
-    namespace: Hashable | None = None,
+    namespace: object = None,
     resolve: Callable[[str], Awaitable[str]] | None = None,
 ) -> T:
     """Run ``fn()`` exclusively for the file ``path`` (see the module docstring for keys).
 
-    ``namespace`` names the filesystem ``path`` lives in (``None``: this machine's); ``resolve``
+    ``namespace`` names the filesystem ``path`` lives in (``None``: this machine's), e.g. the
+    backend object or its URL (equal hashable namespaces share queues); ``resolve``
     canonicalises a remote path (it may raise "not found"; pass a function that returns its
     input in that case, as the local key does).
     """

@@ -30,6 +30,7 @@ from typing import TypeVar
 
 from operations import (
     AlreadyExists,
+    DirectoryNotEmpty,
     EscapesRoot,
     InvalidArgument,
     IsADirectory,
@@ -76,7 +77,7 @@ def errno_error(op: str, path: str, exc: OSError) -> OpsError:
     if code == errno.EEXIST:
         return AlreadyExists(op, path)
     if code == errno.ENOTEMPTY:
-        return IsADirectory(op, path, "directory not empty (remove it with recursive=True)")
+        return DirectoryNotEmpty(op, path)
     if code == errno.ELOOP:
         return TooManyLinks(op, path)
     if code == errno.EXDEV:
@@ -381,6 +382,8 @@ class Root:
                 os.mkdir(n, mode, dir_fd=d)
             except FileExistsError:
                 info = os.stat(n, dir_fd=d, follow_symlinks=False)
+                if st.S_ISLNK(info.st_mode) and self._is_dir_beneath(op, path, parts):
+                    return  # a link to a directory inside the root, as `mkdir -p` accepts
                 if not st.S_ISDIR(info.st_mode):
                     raise
             except OSError as exc:
@@ -404,6 +407,14 @@ class Root:
                     else:
                         self._at(op, path, prefix, _mkdir_or_dir)
                 self._at(op, path, parts, make)
+
+    def _is_dir_beneath(self, op: str, path: str, parts: list[bytes]) -> bool:
+        """Whether ``parts`` resolves, links followed beneath the root, to a directory."""
+        try:
+            self._at(op, path, [*parts, b"."], _stat_dir)
+        except (OSError, OpsError):
+            return False
+        return True
 
     def remove(self, op: str, path: str, *, recursive: bool = False) -> None:
         """Remove a file, a symlink (never its target) or a directory (empty unless recursive)."""

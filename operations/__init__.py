@@ -13,6 +13,7 @@ from ._abort import abort_scope as abort_scope
 from ._errors import ERROR_TYPES as ERROR_TYPES
 from ._errors import Aborted as Aborted
 from ._errors import AlreadyExists as AlreadyExists
+from ._errors import DirectoryNotEmpty as DirectoryNotEmpty
 from ._errors import EscapesRoot as EscapesRoot
 from ._errors import InvalidArgument as InvalidArgument
 from ._errors import IsADirectory as IsADirectory
@@ -69,6 +70,7 @@ __all__ = [
     "CommandRunner",
     "Dir",
     "DirEntry",
+    "DirectoryNotEmpty",
     "EditOperations",
     "EscapesRoot",
     "ExecResult",

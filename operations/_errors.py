@@ -9,6 +9,7 @@ so front-ends map errors without parsing text and a tool prints the same message
     ├── IsADirectory         a file was expected, a directory was found
     ├── NotADirectory        a directory was expected (also: a trailing slash after a file)
     ├── AlreadyExists        the target exists and the operation will not replace it
+    ├── DirectoryNotEmpty    a directory to remove or replace still has entries
     ├── NotRegularFile       a FIFO, socket or device where a regular file was expected
     ├── TooManyLinks         a symlink loop, or more links than the resolver follows
     ├── PermissionDenied     the operating system refused (EACCES, EPERM, EROFS)
@@ -31,6 +32,7 @@ __all__ = [
     "ERROR_TYPES",
     "Aborted",
     "AlreadyExists",
+    "DirectoryNotEmpty",
     "EscapesRoot",
     "InvalidArgument",
     "IsADirectory",
@@ -97,6 +99,11 @@ class NotADirectory(OpsError):
 class AlreadyExists(OpsError):
     code = "already_exists"
     default_reason = "already exists"
+
+
+class DirectoryNotEmpty(OpsError):
+    code = "directory_not_empty"
+    default_reason = "directory not empty (pass recursive=True to remove it with its contents)"
 
 
 class NotRegularFile(OpsError):
@@ -194,6 +201,7 @@ ERROR_TYPES: dict[str, type[OpsError]] = {
         IsADirectory,
         NotADirectory,
         AlreadyExists,
+        DirectoryNotEmpty,
         NotRegularFile,
         TooManyLinks,
         PermissionDenied,

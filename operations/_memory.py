@@ -30,6 +30,7 @@ from typing import Self
 from ._abort import AbortSignal
 from ._errors import (
     AlreadyExists,
+    DirectoryNotEmpty,
     InvalidArgument,
     IsADirectory,
     NotADirectory,
@@ -501,7 +502,7 @@ class InMemoryOperations:
                     op, path, "a symlink with a trailing slash; remove the link itself"
                 )
             if isinstance(node, DirNode) and node.children and not recursive:
-                raise AlreadyExists(op, path, "directory not empty; pass recursive=True")
+                raise DirectoryNotEmpty(op, path)
             self.vfs.require_writable_dir(op, path, resolved.parent)
             del resolved.parent.children[resolved.name]
 
@@ -524,7 +525,7 @@ class InMemoryOperations:
                 if any(d is node for d in dst.dirs):
                     raise InvalidArgument(op, destination, "cannot move a directory inside itself")
                 if isinstance(target, DirNode) and target.children:
-                    raise AlreadyExists(op, destination, "directory not empty")
+                    raise DirectoryNotEmpty(op, destination)
                 if target is not None and not isinstance(target, DirNode):
                     raise NotADirectory(op, destination)
             else:

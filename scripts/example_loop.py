@@ -2,9 +2,9 @@
 
     python scripts/example_loop.py
 
-Three small tools over an in-process file table: ``write`` (serialised per file through the
-mutation queue), ``read`` (slow, so it finishes last) and ``count``. The message also asks for
-``count`` with a numeric string, which validation coerces. Each event is printed as its wire JSON
+Three small tools over the in-memory backend (``connect("memory:")``): ``write`` (serialised per
+file through the mutation queue, keyed in the backend's namespace), ``read`` (slow, so it
+finishes last) and ``count``. ``count`` gets a numeric string, which validation coerces. Each event is printed as its wire JSON
 (timestamps dropped so the output is stable): the end events arrive in completion order, the
 result messages in the message's order.
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import posixpath
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -26,21 +27,20 @@ from agent_side import (
     JsonNumber,
     TextContent,
     ToolCall,
+    connect,
     with_file_mutation_queue,
 )
 from agent_side.loop import execute_tool_calls
-from operations import AbortSignal
-
-FILES: dict[str, str] = {"notes.txt": "alpha\nbeta\ngamma\n"}
+from operations import AbortSignal, Backend
 
 
 class WriteParams(BaseModel):
-    path: str = Field(description="File to write")
+    path: str = Field(description="File to write, relative to the workspace root")
     content: str = Field(description="Text to write")
 
 
 class ReadParams(BaseModel):
-    path: str = Field(description="File to read")
+    path: str = Field(description="File to read, relative to the workspace root")
 
 
 class CountParams(BaseModel):
@@ -48,55 +48,59 @@ class CountParams(BaseModel):
     at_least: JsonNumber | None = Field(default=None, description="Fail below this many lines")
 
 
-async def write(
-    tool_call_id: str,
-    params: WriteParams,
-    signal: AbortSignal | None,
-    on_update: AgentToolUpdateCallback[dict[str, Any]] | None,
-) -> AgentToolResult[dict[str, Any]]:
-    async def mutate() -> None:
-        FILES[params.path] = params.content
+def make_tools(ws: Backend) -> list[AgentTool[Any, Any]]:
+    """The three tools, working on ``ws`` (any backend: memory, local, gRPC, SSH)."""
 
-    await with_file_mutation_queue(params.path, mutate, namespace="example")
-    return AgentToolResult(
-        content=[TextContent(text=f"Wrote {len(params.content)} bytes to {params.path}")],
-        details={"path": params.path},
-    )
+    def resolve(path: str) -> str:
+        return posixpath.join(ws.root, path)
 
+    async def write(
+        tool_call_id: str,
+        params: WriteParams,
+        signal: AbortSignal | None,
+        on_update: AgentToolUpdateCallback[dict[str, Any]] | None,
+    ) -> AgentToolResult[dict[str, Any]]:
+        target = resolve(params.path)
 
-async def read(
-    tool_call_id: str,
-    params: ReadParams,
-    signal: AbortSignal | None,
-    on_update: AgentToolUpdateCallback[dict[str, Any]] | None,
-) -> AgentToolResult[dict[str, Any]]:
-    if on_update is not None:
-        on_update(AgentToolResult(content=[TextContent(text="reading...")], details={}))
-    await asyncio.sleep(0.05)
-    if params.path not in FILES:
-        raise FileNotFoundError(f"File not found: {params.path}")
-    return AgentToolResult(content=[TextContent(text=FILES[params.path])], details={})
+        async def mutate() -> None:
+            await ws.write_file(target, params.content)
 
+        await with_file_mutation_queue(target, mutate, namespace=ws)
+        return AgentToolResult(
+            content=[TextContent(text=f"Wrote {len(params.content)} bytes to {params.path}")],
+            details={"path": params.path},
+        )
 
-async def count(
-    tool_call_id: str,
-    params: CountParams,
-    signal: AbortSignal | None,
-    on_update: AgentToolUpdateCallback[dict[str, Any]] | None,
-) -> AgentToolResult[dict[str, Any]]:
-    lines = FILES[params.path].count("\n")
-    if params.at_least is not None and lines < params.at_least:
-        raise ValueError(f"{params.path} has {lines} lines, fewer than {params.at_least}")
-    return AgentToolResult(
-        content=[TextContent(text=f"{params.path}: {lines} lines")], details={"lines": lines}
-    )
+    async def read(
+        tool_call_id: str,
+        params: ReadParams,
+        signal: AbortSignal | None,
+        on_update: AgentToolUpdateCallback[dict[str, Any]] | None,
+    ) -> AgentToolResult[dict[str, Any]]:
+        if on_update is not None:
+            on_update(AgentToolResult(content=[TextContent(text="reading...")], details={}))
+        await asyncio.sleep(0.05)
+        text = (await ws.read_file(resolve(params.path))).decode()
+        return AgentToolResult(content=[TextContent(text=text)], details={})
 
+    async def count(
+        tool_call_id: str,
+        params: CountParams,
+        signal: AbortSignal | None,
+        on_update: AgentToolUpdateCallback[dict[str, Any]] | None,
+    ) -> AgentToolResult[dict[str, Any]]:
+        lines = (await ws.read_file(resolve(params.path))).count(b"\n")
+        if params.at_least is not None and lines < params.at_least:
+            raise ValueError(f"{params.path} has {lines} lines, fewer than {params.at_least}")
+        return AgentToolResult(
+            content=[TextContent(text=f"{params.path}: {lines} lines")], details={"lines": lines}
+        )
 
-TOOLS: list[AgentTool[Any, Any]] = [
-    AgentTool(name="write", description="Write a file", parameters=WriteParams, execute=write),
-    AgentTool(name="read", description="Read a file", parameters=ReadParams, execute=read),
-    AgentTool(name="count", description="Count lines", parameters=CountParams, execute=count),
-]
+    return [
+        AgentTool(name="write", description="Write a file", parameters=WriteParams, execute=write),
+        AgentTool(name="read", description="Read a file", parameters=ReadParams, execute=read),
+        AgentTool(name="count", description="Count lines", parameters=CountParams, execute=count),
+    ]
 
 
 def show(event: AgentEvent) -> None:
@@ -118,7 +122,9 @@ async def main() -> None:
         ],
         stop_reason="toolUse",
     )
-    batch = await execute_tool_calls(TOOLS, message, emit=show)
+    async with connect("memory:") as ws:
+        await ws.write_file(posixpath.join(ws.root, "notes.txt"), "alpha\nbeta\ngamma\n")
+        batch = await execute_tool_calls(make_tools(ws), message, emit=show)
     print(
         f"results in order: {[m.tool_call_id for m in batch.messages]}; terminate={batch.terminate}"
     )

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from operations import (
-    AlreadyExists,
+    DirectoryNotEmpty,
     DirEntry,
     FileKind,
     InvalidArgument,
@@ -97,7 +97,7 @@ async def test_remove(ws: Workspace) -> None:
     assert not ws.exists_raw("dlink") and ws.is_dir_raw("full")
     await ws.ops.remove(ws.path("link"))
     assert not ws.exists_raw("link")
-    with pytest.raises(AlreadyExists):
+    with pytest.raises(DirectoryNotEmpty):
         await ws.ops.remove(ws.path("full"))
     assert ws.read_raw("full/a/b") == b"b"
     await ws.ops.remove(ws.path("full"), recursive=True)
@@ -157,7 +157,7 @@ async def test_rename_errors(ws: Workspace) -> None:
         await ws.ops.rename(ws.path("f"), ws.path("empty"))
     with pytest.raises(NotADirectory):
         await ws.ops.rename(ws.path("d"), ws.path("f"))
-    with pytest.raises(AlreadyExists):
+    with pytest.raises(DirectoryNotEmpty):
         await ws.ops.rename(ws.path("d"), ws.path("full"))
     with pytest.raises(InvalidArgument):
         await ws.ops.rename(ws.path("d"), ws.path("d/inside"))

@@ -174,3 +174,26 @@ async def test_remote_resolve_canonicalises_aliases() -> None:
     gate.set()
     await asyncio.gather(first, second)
     assert log == ["start:real", "end:real", "start:alias", "end:alias"]
+
+
+async def test_unhashable_namespace_keys_by_identity() -> None:
+    class Unhashable:
+        __hash__ = None  # type: ignore[assignment]
+
+    backend = Unhashable()
+    log: list[str] = []
+    gate = asyncio.Event()
+    first = asyncio.create_task(
+        with_file_mutation_queue("/w/x", step(log, "1", gate), namespace=backend)
+    )
+    second = asyncio.create_task(
+        with_file_mutation_queue("/w/x", step(log, "2"), namespace=backend)
+    )
+    other = asyncio.create_task(
+        with_file_mutation_queue("/w/x", step(log, "3"), namespace=Unhashable())
+    )
+    await asyncio.wait_for(other, 5)
+    assert log == ["start:1", "start:3", "end:3"]
+    gate.set()
+    await asyncio.gather(first, second)
+    assert log[-2:] == ["start:2", "end:2"]
