@@ -215,6 +215,9 @@ async def test_edit_errors(tw: ToolWorkspace) -> None:
     missing = tw.path("missing.txt")
     message = await fail(edit, path=missing, edits=[{"oldText": "a", "newText": "b"}])
     assert message == f"Could not edit file: {missing}. Error code: ENOENT."
+    tw.write("folder/inner.txt", "x")
+    message = await fail(edit, path="folder", edits=[{"oldText": "a", "newText": "b"}])
+    assert message == "EISDIR: illegal operation on a directory, read"
     assert tw.read("foo.txt") == b"foo foo foo\n"
 
 
