@@ -17,8 +17,6 @@ from operations._runner import CommandContext
 from tests.tools._call import call, fail, text
 from tests.tools.conftest import ToolWorkspace
 
-pytestmark = pytest.mark.anyio  # parametrised fixtures need the mark at collection time
-
 
 async def test_echo(tw: ToolWorkspace) -> None:
     tw.script("echo 'test output'", output="test output\n")

@@ -7,15 +7,12 @@ import io
 import posixpath
 import re
 
-import pytest
 from PIL import Image
 
 from agent_side.tools import create_edit_tool, create_read_tool, create_write_tool
 from tests.tools._call import call, fail, text
 from tests.tools._patch import apply_patch
 from tests.tools.conftest import ToolWorkspace
-
-pytestmark = pytest.mark.anyio  # parametrised fixtures need the mark at collection time
 
 
 def _lines(n: int, fmt: str = "Line {}") -> str:

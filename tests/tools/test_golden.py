@@ -8,14 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from agent_side.tools import create_all_tools
 from operations._runner import CommandContext
 from tests.tools._call import call
 from tests.tools.conftest import ToolWorkspace
-
-pytestmark = pytest.mark.anyio  # parametrised fixtures need the mark at collection time
 
 WORKSPACE = {
     "README.md": "# Demo\n\nA small project.\n",

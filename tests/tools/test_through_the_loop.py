@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import pytest
-
 from agent_side import AssistantMessage, ToolCall
 from agent_side.loop import execute_tool_calls
 from agent_side.tools import create_coding_tools
 from tests.tools.conftest import ToolWorkspace
-
-pytestmark = pytest.mark.anyio  # parametrised fixtures need the mark at collection time
 
 
 async def test_one_assistant_message(tw: ToolWorkspace) -> None:

@@ -22,8 +22,6 @@ from agent_side.tools import (
 from operations import AbortController, InMemoryOperations, PermissionDenied, PolicyDenied
 from tests.tools._call import call, fail, text
 
-pytestmark = pytest.mark.anyio
-
 
 def test_sets_and_names() -> None:
     ops = InMemoryOperations()
