@@ -39,3 +39,9 @@ def test_verified_order() -> None:
 def test_decomposed_accent_sorts_with_its_base() -> None:
     names = ["f", "e\u0301", "e", "E"]
     assert sorted(names, key=collation_key) == ["E", "e", "e\u0301", "f"]
+
+
+def test_latin_variants_sort_with_their_base_letters() -> None:
+    """Orders printed by ICU (Node's ``localeCompare``)."""
+    icu = "ae æ af d đ ð e h ħ i \u0131 j l ł m n ŋ o ø oe œ of p s \u017f ss ß st".split(" ")  # noqa: SIM905 - a printed order, kept on one line
+    assert sorted(reversed(icu), key=collation_key) == icu
