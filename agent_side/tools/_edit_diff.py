@@ -94,11 +94,11 @@ def _find(content: str, old: str) -> tuple[int, int, bool]:
     return normalize_for_fuzzy_match(content).find(fuzzy_old), len(fuzzy_old), True
 
 
-def apply_edits(content: str, edits: Sequence[Edit], path: str) -> tuple[str, str]:
-    """Apply ``edits`` to the LF-normalised ``content``; return ``(base, new_content)``.
+def apply_edits(content: str, edits: Sequence[Edit], path: str) -> str:
+    """Apply ``edits`` to the LF-normalised ``content``; return the new content.
 
-    ``base`` is the text the diff is computed from: ``content`` itself, or its normalised form
-    when a fuzzy match was needed.
+    When a fuzzy match was needed, the lines the edits touch come from the normalised text (so
+    they lose trailing whitespace and typographic characters); every other line is kept as is.
 
     Raises:
         EditError: an empty, missing, ambiguous or overlapping ``oldText``, or no change at all.
@@ -154,7 +154,7 @@ def apply_edits(content: str, edits: Sequence[Edit], path: str) -> tuple[str, st
             f"No changes made to {path}. The replacement produced identical content. This might "
             "indicate an issue with special characters or the text not existing as expected."
         )
-    return base, new
+    return new
 
 
 def _replace(text: str, matches: Sequence[tuple[int, int, int, str]]) -> str:

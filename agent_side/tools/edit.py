@@ -160,8 +160,9 @@ def create_edit_tool_definition(
             bom, text = strip_bom(data.decode("utf-8", "replace"))
             ending = detect_line_ending(text)
             edits = [Edit(e.old_text, e.new_text) for e in params.edits]
+            original = normalize_to_lf(text)
             try:
-                base, new = apply_edits(normalize_to_lf(text), edits, params.path)
+                new = apply_edits(original, edits, params.path)
             except EditError as exc:
                 raise ToolError(str(exc)) from None
             check_aborted(signal)
@@ -170,10 +171,10 @@ def create_edit_tool_definition(
             except OpsError as exc:
                 raise ToolError(describe_error(exc, "open", path)) from None
             check_aborted(signal)
-            diff, first_changed = generate_diff_string(base, new)
+            diff, first_changed = generate_diff_string(original, new)
             details: dict[str, Any] = {
                 "diff": diff,
-                "patch": generate_unified_patch(params.path, base, new),
+                "patch": generate_unified_patch(params.path, original, new),
             }
             if first_changed is not None:
                 details["firstChangedLine"] = first_changed

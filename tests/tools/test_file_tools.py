@@ -290,12 +290,17 @@ async def test_edit_keeps_bom_and_crlf(tw: ToolWorkspace) -> None:
 
 async def test_edit_fuzzy_keeps_untouched_lines(tw: ToolWorkspace) -> None:
     tw.write("fuzzy.py", "x = \u2018a\u2019   \ny = 1   \n")
-    await call(
+    result = await call(
         create_edit_tool(tw.root, operations=tw.ops),
         path="fuzzy.py",
         edits=[{"oldText": "x = 'a'", "newText": "x = 'b'"}],
     )
     assert tw.read("fuzzy.py") == b"x = 'b'\ny = 1   \n"
+    # The diff is taken against the file as it was, not its normalised form (as the reference).
+    assert result.details["diff"] == "-1 x = \u2018a\u2019   \n+1 x = 'b'\n 2 y = 1   "
+    assert result.details["patch"] == (
+        "--- fuzzy.py\n+++ fuzzy.py\n@@ -1,2 +1,2 @@\n-x = \u2018a\u2019   \n+x = 'b'\n y = 1   \n"
+    )
 
 
 async def test_edit_legacy_arguments(tw: ToolWorkspace) -> None:
