@@ -41,8 +41,8 @@ async def test_timeout(tw: ToolWorkspace) -> None:
 
     tw.script("echo started; sleep 30", sleeper)
     bash = create_bash_tool(tw.root, operations=tw.ops)
-    message = await fail(bash, command="echo started; sleep 30", timeout=0.5)
-    assert message == "started\n\n\nCommand timed out after 0.5 seconds"
+    message = await fail(bash, command="echo started; sleep 30", timeout=1.5)
+    assert message == "started\n\n\nCommand timed out after 1.5 seconds"
 
 
 async def test_abort(tw: ToolWorkspace) -> None:
