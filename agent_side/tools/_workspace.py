@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import posixpath
 from typing import Any
 
@@ -18,7 +19,7 @@ class LocalOperations:
     """
 
     def __init__(self, root: str) -> None:
-        self._url = "local:" + root
+        self._url = "local:" + os.path.abspath(root)
         self._backend: Any = None
 
     async def aclose(self) -> None:
@@ -49,6 +50,8 @@ class Workspace:
     """
 
     def __init__(self, cwd: str, operations: Any | None, home: str | None) -> None:
+        if operations is None:
+            cwd = os.path.abspath(cwd)  # the default backend is this machine
         self.ops: Any = operations if operations is not None else LocalOperations(cwd)
         root = self._root()
         self.cwd = cwd if cwd.startswith("/") or root is None else posixpath.join(root, cwd)
