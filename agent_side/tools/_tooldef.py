@@ -8,7 +8,7 @@ from typing import Any
 from .._messages import AgentToolResult, ImageContent, TextContent
 from .._tool import ConstrainedSampling
 
-__all__ = ["constrained_sampling", "int_arg", "text_result"]
+__all__ = ["constrained_sampling", "image_result", "int_arg", "text_result"]
 
 
 def text_result(text: str, details: dict[str, Any] | None = None) -> AgentToolResult[Any]:
@@ -17,6 +17,7 @@ def text_result(text: str, details: dict[str, Any] | None = None) -> AgentToolRe
 
 
 def image_result(text: str, data: str, mime_type: str) -> AgentToolResult[Any]:
+    """A text block followed by a base64 image block (``read`` of an image)."""
     return AgentToolResult[Any](
         content=[TextContent(text=text), ImageContent(data=data, mime_type=mime_type)],
         details=None,
