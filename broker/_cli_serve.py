@@ -32,12 +32,20 @@ def add_parser(subparsers: Any) -> None:
     )
     parser.add_argument("--config", type=Path, help="a TOML file with BrokerConfig fields")
     parser.add_argument("--token-file", type=Path, help="bearer tokens, 'TOKEN PRINCIPAL' lines")
+    parser.add_argument("--policy", type=Path, help="a policy TOML file (default: the safe policy)")
+    parser.add_argument("--audit-log", type=Path, help="append one hash-chained JSON line per call")
     parser.add_argument("--quiet", action="store_true", help="do not log one line per call")
     parser.set_defaults(handler=run)
 
 
 def _config(args: argparse.Namespace) -> BrokerConfig:
-    overrides = {"root": args.root, "grpc": args.grpc, "token_file": args.token_file}
+    overrides = {
+        "root": args.root,
+        "grpc": args.grpc,
+        "token_file": args.token_file,
+        "policy": args.policy,
+        "audit_log": args.audit_log,
+    }
     if args.config is not None:
         return BrokerConfig.from_toml(args.config, **overrides)
     if args.root is None:

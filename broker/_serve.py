@@ -25,10 +25,11 @@ from grpc_reflection.v1alpha import reflection
 from opsbroker.v1 import broker_pb2_grpc as pb_grpc
 from pydantic import BaseModel, ConfigDict, Field
 
-from operations import Backend, InvalidArgument
+from operations import Backend, InvalidArgument, load_policy
 
 from ._auth import TokenTable
 from ._frontends.grpc import SERVICE_NAME, Authenticator, AuthInterceptor, BrokerServicer
+from ._guard import Enforcement
 
 __all__ = ["BrokerConfig", "BrokerServer", "default_token_file", "serve"]
 
@@ -67,6 +68,8 @@ class BrokerConfig(BaseModel):
     tls_cert: Path | None = None
     tls_key: Path | None = None
     tls_client_ca: Path | None = None
+    policy: Path | None = None
+    audit_log: Path | None = None
     health_without_token: bool = False
     max_concurrent_streams: int = 256
     max_concurrent_calls: int = 4096
@@ -78,7 +81,15 @@ class BrokerConfig(BaseModel):
         ``overrides`` (e.g. from the command line; ``None`` values are ignored)."""
         data = tomllib.loads(path.read_text())
         base = path.parent
-        for key in ("root", "token_file", "tls_cert", "tls_key", "tls_client_ca"):
+        for key in (
+            "root",
+            "token_file",
+            "tls_cert",
+            "tls_key",
+            "tls_client_ca",
+            "policy",
+            "audit_log",
+        ):
             if isinstance(data.get(key), str):
                 data[key] = str(base / data[key])
         data.update({k: v for k, v in overrides.items() if v is not None})
@@ -111,6 +122,7 @@ class BrokerServer:
 
     def __init__(self, config: BrokerConfig, backend: Backend | None = None) -> None:
         self.config = config
+        self.enforcement: Enforcement | None = None
         self._backend = backend
         self._owns_backend = backend is None
         self._server: grpc.aio.Server | None = None
@@ -146,6 +158,12 @@ class BrokerServer:
             core = importlib.import_module("broker._core")
             self._backend = core.Broker(str(config.root))
         assert self._backend is not None
+        if self._owns_backend or config.policy is not None or config.audit_log is not None:
+            # A broker we start ourselves always runs under a policy (the safe default one
+            # unless configured); a backend handed in by a test or embedder runs as given.
+            self.enforcement = Enforcement.start(
+                load_policy(config.policy), self._backend.root, audit_log=config.audit_log
+            )
         needs_auth = any(not _is_unix(a) for a in config.grpc)
         mtls = config.tls_client_ca is not None
         if needs_auth and (config.token_file is not None or not mtls):
@@ -155,6 +173,7 @@ class BrokerServer:
             self.tokens,
             mtls=mtls,
             public_methods=_HEALTH_METHODS if config.health_without_token else (),
+            enforcement=self.enforcement,
         )
         server = grpc.aio.server(
             interceptors=[AuthInterceptor(authenticator)],
@@ -171,7 +190,9 @@ class BrokerServer:
             ],
             maximum_concurrent_rpcs=config.max_concurrent_calls,
         )
-        self._servicer = BrokerServicer(self._backend, version=_version())
+        self._servicer = BrokerServicer(
+            self._backend, version=_version(), enforcement=self.enforcement
+        )
         pb_grpc.add_BrokerServicer_to_server(self._servicer, server)  # type: ignore[no-untyped-call]
         self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
@@ -237,6 +258,8 @@ class BrokerServer:
         await server.stop(self.config.shutdown_grace if grace is None else grace)
         if self._owns_backend and self._backend is not None:
             await self._backend.aclose()
+        if self.enforcement is not None:
+            self.enforcement.close()
 
     async def wait_closed(self) -> None:
         """Return when the server has stopped."""
