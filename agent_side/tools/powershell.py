@@ -1,0 +1,60 @@
+"""The ``powershell`` tool: ``bash``'s contract, run through the backend's PowerShell."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .._tool import AgentTool, ToolDefinition, wrap_tool_definition
+from ._shell import ShellRun, SpawnHook
+from ._workspace import Workspace
+from .bash import BashParams, shell_tool_definition
+
+__all__ = ["create_powershell_tool", "create_powershell_tool_definition"]
+
+
+def create_powershell_tool_definition(
+    cwd: str,
+    *,
+    operations: Any | None = None,
+    expose_session_environment: bool = True,
+    spawn_hook: SpawnHook | None = None,
+    env: Mapping[str, str] | None = None,
+) -> ToolDefinition[BashParams, Any]:
+    """The ``powershell`` tool over ``operations.powershell.exec`` (or ``operations.exec`` when
+    ``operations`` is itself a :class:`~operations.PowerShellOperations`).
+
+    There is no ``command_prefix`` or ``shell_path``, as in the reference; the backend adds the
+    UTF-8 output-encoding line itself, so ``spawn_hook`` sees the command as the model sent it.
+    """
+    ws = Workspace(cwd, operations, None)
+
+    def exec_(*args: Any, **kwargs: Any) -> Any:
+        target = getattr(ws.ops, "powershell", None) or ws.ops
+        return target.exec(*args, **kwargs)
+
+    run = ShellRun(
+        shell_name="PowerShell",
+        temp_file_prefix="pi-powershell",
+        exec=exec_,
+        command_prefix=None,
+        expose_session_environment=expose_session_environment,
+        spawn_hook=spawn_hook,
+        env=env,
+    )
+    return shell_tool_definition(
+        name="powershell",
+        shell="PowerShell",
+        snippet="Execute PowerShell commands",
+        run=run,
+        ws=ws,
+    )
+
+
+def create_powershell_tool(cwd: str, **options: Any) -> AgentTool[BashParams, Any]:
+    """:func:`create_powershell_tool_definition`, wrapped for the loop."""
+    definition = create_powershell_tool_definition(cwd, **options)
+    tool = wrap_tool_definition(definition)
+    tool.prompt_snippet = definition.prompt_snippet
+    tool.prompt_guidelines = definition.prompt_guidelines
+    return tool

@@ -1,0 +1,171 @@
+"""The ``read`` tool: a text file by line window, or an image as an attachment."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from operations import AbortSignal, OpsError
+
+from .._messages import AgentToolResult
+from .._tool import (
+    AgentTool,
+    AgentToolUpdateCallback,
+    ToolContext,
+    ToolDefinition,
+    wrap_tool_definition,
+)
+from ._errors import ToolError, abortable, describe_error
+from ._image import detect_image_mime_type, process_image
+from ._paths import resolve_read_path
+from ._tooldef import constrained_sampling, image_result, int_arg, text_result
+from ._truncate import DEFAULT_MAX_BYTES, DEFAULT_MAX_LINES, format_size, truncate_head
+from ._workspace import Workspace
+
+__all__ = ["ReadParams", "create_read_tool", "create_read_tool_definition"]
+
+DESCRIPTION = (
+    "Read the contents of a file. Supports text files and images (jpg, png, gif, webp, bmp). "
+    "Images are sent as attachments. For text files, output is truncated to "
+    f"{DEFAULT_MAX_LINES} lines or {DEFAULT_MAX_BYTES // 1024}KB (whichever is hit first). Use "
+    "offset/limit for large files. When you need the full file, continue with offset until "
+    "complete."
+)
+NON_VISION_NOTE = (
+    "[Current model does not support images. The image will be omitted from this request.]"
+)
+
+
+class ReadParams(BaseModel):
+    path: str = Field(description="Path to the file to read (relative or absolute)")
+    offset: float | None = Field(
+        default=None, description="Line number to start reading from (1-indexed)"
+    )
+    limit: float | None = Field(default=None, description="Maximum number of lines to read")
+
+
+def create_read_tool_definition(
+    cwd: str,
+    *,
+    operations: Any | None = None,
+    auto_resize_images: bool = True,
+    home: str | None = None,
+) -> ToolDefinition[ReadParams, Any]:
+    """The ``read`` tool over ``operations`` (``read_file``, ``access``), paths against ``cwd``."""
+    ws = Workspace(cwd, operations, home)
+
+    async def exists(path: str) -> bool:
+        try:
+            await ws.ops.access(path)
+        except OpsError:
+            return False
+        return True
+
+    async def execute(
+        tool_call_id: str,
+        params: ReadParams,
+        signal: AbortSignal | None,
+        on_update: AgentToolUpdateCallback[Any] | None,
+        ctx: ToolContext | None,
+    ) -> AgentToolResult[Any]:
+        async with abortable(signal):
+            path = await resolve_read_path(
+                params.path, ws.cwd_for(ctx), home=ws.home, exists=exists
+            )
+            try:
+                await ws.ops.access(path)
+            except OpsError as exc:
+                raise ToolError(describe_error(exc, "access", path)) from None
+            try:
+                data: bytes = await ws.ops.read_file(path)
+            except OpsError as exc:
+                raise ToolError(describe_error(exc, "open", path)) from None
+            mime = detect_image_mime_type(data)
+            if mime is not None:
+                return await _read_image(data, mime, auto_resize_images, ctx)
+            return _read_text(data, params)
+
+    return ToolDefinition(
+        name="read",
+        label="read",
+        description=DESCRIPTION,
+        parameters=ReadParams,
+        execute=execute,
+        prompt_snippet="Read file contents",
+        prompt_guidelines=["Use read to examine files instead of cat or sed."],
+        constrained_sampling=constrained_sampling(),
+    )
+
+
+def create_read_tool(cwd: str, **options: Any) -> AgentTool[ReadParams, Any]:
+    """:func:`create_read_tool_definition`, wrapped for the loop."""
+    return wrap_tool_definition(create_read_tool_definition(cwd, **options))
+
+
+def _model_lacks_images(ctx: ToolContext | None) -> bool:
+    if ctx is None or ctx.model is None:
+        return False
+    inputs = ctx.extra.get("model_input")
+    return inputs is not None and "image" not in inputs
+
+
+async def _read_image(
+    data: bytes, mime: str, auto_resize: bool, ctx: ToolContext | None
+) -> AgentToolResult[Any]:
+    processed = await asyncio.to_thread(process_image, data, mime, auto_resize=auto_resize)
+    note = [NON_VISION_NOTE] if _model_lacks_images(ctx) else []
+    if processed.data is None:
+        text = "\n".join([f"Read image file [{mime}]", processed.omitted or "", *note])
+        return text_result(text)
+    text = "\n".join([f"Read image file [{processed.mime_type}]", *processed.hints, *note])
+    encoded = base64.b64encode(processed.data).decode("ascii")
+    return image_result(text, encoded, processed.mime_type)
+
+
+def _read_text(data: bytes, params: ReadParams) -> AgentToolResult[Any]:
+    lines = data.decode("utf-8", "replace").split("\n")
+    offset, limit = int_arg(params.offset), int_arg(params.limit)
+    start = max(0, offset - 1) if offset else 0
+    if start >= len(lines):
+        raise ToolError(
+            f"Offset {offset if offset is not None else 0} is beyond end of file "
+            f"({len(lines)} lines total)"
+        )
+    if limit is not None:
+        end = min(start + max(limit, 0), len(lines))
+        selected = lines[start:end]
+    else:
+        end = len(lines)
+        selected = lines[start:]
+    truncation = truncate_head("\n".join(selected))
+    first = start + 1
+    if truncation.first_line_exceeds_limit:
+        size = format_size(len(lines[start].encode("utf-8", "surrogatepass")))
+        return text_result(
+            f"[Line {first} is {size}, exceeds {format_size(DEFAULT_MAX_BYTES)} limit. Use bash: "
+            f"sed -n '{first}p' {params.path} | head -c {DEFAULT_MAX_BYTES}]",
+            {"truncation": truncation.to_json()},
+        )
+    if truncation.truncated:
+        last = first + truncation.output_lines - 1
+        limit_note = (
+            f" ({format_size(DEFAULT_MAX_BYTES)} limit)"
+            if truncation.truncated_by == "bytes"
+            else ""
+        )
+        notice = (
+            f"[Showing lines {first}-{last} of {len(lines)}{limit_note}. "
+            f"Use offset={last + 1} to continue.]"
+        )
+        return text_result(
+            f"{truncation.content}\n\n{notice}", {"truncation": truncation.to_json()}
+        )
+    if limit is not None and end < len(lines):
+        return text_result(
+            f"{truncation.content}\n\n[{len(lines) - end} more lines in file. "
+            f"Use offset={end + 1} to continue.]"
+        )
+    return text_result(truncation.content)
