@@ -81,8 +81,16 @@ def _memory_factory(parts: urllib.parse.SplitResult, options: dict[str, Any]) ->
         raise InvalidArgument("connect", parts.geturl(), str(exc)) from None
 
 
+def _grpc() -> Factory:
+    from ._remote.grpc import open_from_url
+
+    return open_from_url
+
+
 def _register_builtins() -> None:
     register_scheme("memory", lambda: _memory_factory)
+    for scheme in ("grpc", "grpcs", "grpc+unix"):
+        register_scheme(scheme, _grpc)
 
 
 _register_builtins()

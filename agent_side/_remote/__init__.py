@@ -1,0 +1,1 @@
+"""Remote clients: backends whose work happens on a broker process (gRPC, SSH)."""

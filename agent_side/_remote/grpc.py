@@ -1,0 +1,599 @@
+"""The gRPC client backend: every Operations interface, carried to a broker over gRPC.
+
+``agent_side.connect("grpc://host:port", token=...)`` returns a :class:`GrpcBackend`. It opens its
+channel lazily, inside the running event loop: ``async with connect(url) as ops`` (or
+``await ops.open()``) connects and fetches the broker's capabilities, ``root`` among them; any
+operation called first opens it too. ``ops.root`` before that raises
+:class:`~operations.Unavailable`.
+
+Errors come back as the ``operations`` type the broker raised (op, path, reason, rule). Calls that
+only read are retried once the channel reconnects when the broker was unreachable; calls that
+change something are never retried.
+
+**Cancellation:** cancelling the awaiting task cancels the RPC, and the broker stops the work.
+For ``exec``, cancelling the task (or aborting its signal) first asks the broker to kill the tree
+and waits, at most ``exec_grace`` seconds, until it has, exactly like a local ``exec``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+import urllib.parse
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, NoReturn, Self
+
+import grpc
+import grpc.aio
+from opsbroker.v1 import broker_pb2 as pb
+from opsbroker.v1 import broker_pb2_grpc as pb_grpc
+from opsbroker.v1.codec import (
+    CHUNK_BYTES,
+    ERROR_METADATA_KEY,
+    chunks,
+    error_from_wire,
+    kill_reason_from_wire,
+    kind_from_wire,
+    stat_from_wire,
+)
+
+from operations import (
+    Aborted,
+    AbortSignal,
+    DirEntry,
+    ExecResult,
+    FileStat,
+    InvalidArgument,
+    KillReason,
+    NotFound,
+    OnData,
+    OpsError,
+    PermissionDenied,
+    SearchMatch,
+    Timeout,
+    TooLarge,
+    Unauthenticated,
+    Unavailable,
+)
+
+__all__ = ["CALL_TIMEOUT", "EXEC_GRACE", "GrpcBackend", "open_from_url"]
+
+CALL_TIMEOUT = 300.0  # seconds for any call but exec: a dead broker cannot hang a tool forever
+EXEC_GRACE = 10.0  # seconds beyond an exec's own timeout before the client gives up on the broker
+RECONNECT_ATTEMPTS = 3  # tries of a read-only call while the broker is unreachable
+MAX_RECEIVE_MESSAGE_BYTES = 64 * 1024 * 1024  # one search match holds a whole line
+KEEPALIVE_TIME_MS = 30_000  # ping the broker when idle, so a vanished broker is noticed
+KEEPALIVE_TIMEOUT_MS = 10_000
+
+_FROM_STATUS: dict[grpc.StatusCode, type[OpsError]] = {
+    grpc.StatusCode.NOT_FOUND: NotFound,
+    grpc.StatusCode.PERMISSION_DENIED: PermissionDenied,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: TooLarge,
+    grpc.StatusCode.DEADLINE_EXCEEDED: Timeout,
+    grpc.StatusCode.CANCELLED: Aborted,
+    grpc.StatusCode.UNAUTHENTICATED: Unauthenticated,
+    grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,
+    grpc.StatusCode.UNAVAILABLE: Unavailable,
+}
+
+
+def _error(exc: grpc.aio.AioRpcError, op: str, path: str | None) -> OpsError:
+    """The ``operations`` error an RPC failure stands for (the broker's own, when it sent one)."""
+    for key, value in exc.trailing_metadata() or ():
+        if key == ERROR_METADATA_KEY and isinstance(value, bytes):
+            try:
+                return error_from_wire(pb.ErrorDetail.FromString(value))
+            except Exception:
+                break
+    code = exc.code()
+    cls = _FROM_STATUS.get(code, OpsError)
+    return cls(op, path, f"{exc.details() or 'call failed'} (gRPC {code.name})")
+
+
+class _PowerShell:
+    """``backend.powershell``: the same broker, commands through PowerShell."""
+
+    def __init__(self, backend: GrpcBackend) -> None:
+        self._backend = backend
+
+    async def exec(
+        self,
+        command: str,
+        cwd: str,
+        *,
+        on_data: OnData,
+        signal: AbortSignal | None = None,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> ExecResult:
+        return await self._backend._exec(
+            pb.SHELL_POWERSHELL, command, cwd, on_data, signal, timeout, env
+        )
+
+
+class GrpcBackend:
+    """An ``operations.Backend`` whose work happens on a broker reached over gRPC.
+
+    Args:
+        target: a gRPC target, ``host:port`` or ``unix:/path.sock``.
+        token: the bearer token (``None`` for Unix sockets and mutual TLS).
+        credentials: TLS channel credentials (``grpcs``), or ``None`` for plaintext.
+        call_timeout: deadline of every call but ``exec``, in seconds.
+        exec_grace: how long past an exec's timeout (or an abort) to wait for the broker.
+        options: extra gRPC channel options.
+    """
+
+    def __init__(
+        self,
+        target: str,
+        *,
+        token: str | None = None,
+        credentials: grpc.ChannelCredentials | None = None,
+        call_timeout: float = CALL_TIMEOUT,
+        exec_grace: float = EXEC_GRACE,
+        options: Sequence[tuple[str, Any]] = (),
+    ) -> None:
+        self.target = target
+        self._metadata: tuple[tuple[str, str], ...] = (
+            (("authorization", f"Bearer {token}"),) if token else ()
+        )
+        self._credentials = credentials
+        self._call_timeout = call_timeout
+        self._exec_grace = exec_grace
+        self._options = [
+            ("grpc.max_receive_message_length", MAX_RECEIVE_MESSAGE_BYTES),
+            ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
+            ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+            *options,
+        ]
+        self._channel: grpc.aio.Channel | None = None
+        self._stub: Any = None
+        self._capabilities: pb.CapabilitiesReply | None = None
+        self._opening: asyncio.Lock | None = None
+        self._closed = False
+        self._powershell = _PowerShell(self)
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    async def open(self) -> Self:
+        """Connect and fetch the broker's capabilities (and ``root``). Idempotent.
+
+        Raises:
+            Unavailable: the broker cannot be reached, or this backend was closed.
+            Unauthenticated: the broker refused the token or certificate.
+        """
+        await self._ensure()
+        return self
+
+    async def _ensure(self) -> Any:
+        if self._stub is not None and self._capabilities is not None:
+            return self._stub
+        if self._closed:
+            raise Unavailable(
+                "connect", self.target, "the backend has been closed; connect() again"
+            )
+        if self._opening is None:
+            self._opening = asyncio.Lock()
+        async with self._opening:
+            if self._channel is None:
+                if self._credentials is not None:
+                    self._channel = grpc.aio.secure_channel(
+                        self.target, self._credentials, options=self._options
+                    )
+                else:
+                    self._channel = grpc.aio.insecure_channel(self.target, options=self._options)
+                self._stub = pb_grpc.BrokerStub(self._channel)  # type: ignore[no-untyped-call]
+            if self._capabilities is None:
+                self._capabilities = await self._unary(
+                    "connect", self.target, self._stub.Capabilities, pb.CapabilitiesRequest()
+                )
+        return self._stub
+
+    @property
+    def capabilities(self) -> pb.CapabilitiesReply:
+        """What the broker reported at connect: version, root, resolver, limits..."""
+        if self._capabilities is None:
+            raise Unavailable(
+                "capabilities", self.target, "not connected yet; use `async with` or open()"
+            )
+        return self._capabilities
+
+    @property
+    def root(self) -> str:
+        """The workspace root on the broker (known once connected)."""
+        return self.capabilities.root
+
+    @property
+    def powershell(self) -> _PowerShell:
+        return self._powershell
+
+    async def aclose(self) -> None:
+        """Close the channel; calls still running are cancelled. Idempotent."""
+        self._closed = True
+        channel, self._channel = self._channel, None
+        self._stub = None
+        if channel is not None:
+            await channel.close()
+
+    async def __aenter__(self) -> Self:
+        try:
+            return await self.open()
+        except BaseException:
+            await self.aclose()
+            raise
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    # -- call helpers --------------------------------------------------------------------------
+
+    async def _unary(
+        self, op: str, path: str | None, rpc: Any, request: Any, *, idempotent: bool = True
+    ) -> Any:
+        attempts = RECONNECT_ATTEMPTS if idempotent else 1
+        for attempt in range(attempts):
+            try:
+                return await rpc(
+                    request,
+                    timeout=self._call_timeout,
+                    metadata=self._metadata,
+                    wait_for_ready=attempt > 0,
+                )
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() is grpc.StatusCode.UNAVAILABLE and attempt + 1 < attempts:
+                    continue
+                raise _error(exc, op, path) from None
+        raise AssertionError("unreachable")
+
+    async def _stream(
+        self, op: str, path: str | None, rpc: Any, request: Any, *, idempotent: bool = True
+    ) -> AsyncIterator[Any]:
+        """The replies of a server-streaming call. Retried only before its first reply."""
+        attempts = RECONNECT_ATTEMPTS if idempotent else 1
+        for attempt in range(attempts):
+            call = rpc(
+                request,
+                timeout=self._call_timeout,
+                metadata=self._metadata,
+                wait_for_ready=attempt > 0,
+            )
+            started = False
+            try:
+                async for reply in call:
+                    started = True
+                    yield reply
+                return
+            except grpc.aio.AioRpcError as exc:
+                if (
+                    exc.code() is grpc.StatusCode.UNAVAILABLE
+                    and not started
+                    and attempt + 1 < attempts
+                ):
+                    continue
+                raise _error(exc, op, path) from None
+            finally:
+                call.cancel()
+
+    async def _call(self, op: str, path: str | None, method: str, request: Any) -> Any:
+        stub = await self._ensure()
+        return await self._unary(op, path, getattr(stub, method), request)
+
+    async def _change(self, op: str, path: str | None, method: str, request: Any) -> Any:
+        stub = await self._ensure()
+        return await self._unary(op, path, getattr(stub, method), request, idempotent=False)
+
+    # -- ReadOperations / WriteOperations ------------------------------------------------------
+
+    async def read_file(self, path: str) -> bytes:
+        stub = await self._ensure()
+        pieces = bytearray()
+        async for chunk in self._stream(
+            "read_file", path, stub.ReadFile, pb.PathRequest(path=path)
+        ):
+            pieces += chunk.data
+        return bytes(pieces)
+
+    async def access(self, path: str, *, writable: bool = False) -> None:
+        await self._call("access", path, "Access", pb.AccessRequest(path=path, writable=writable))
+
+    async def detect_image_mime_type(self, path: str) -> str | None:
+        reply = await self._call("detect_image_mime_type", path, "DetectImageMimeType", _p(path))
+        return reply.mime_type or None
+
+    async def write_file(self, path: str, content: bytes | str) -> None:
+        stub = await self._ensure()
+        data = content.encode() if isinstance(content, str) else bytes(content)
+
+        async def messages() -> AsyncIterator[pb.WriteFileRequest]:
+            pieces = chunks(data, CHUNK_BYTES)
+            yield pb.WriteFileRequest(path=path, data=next(pieces), size=len(data))
+            for piece in pieces:
+                yield pb.WriteFileRequest(data=piece)
+
+        try:
+            await stub.WriteFile(messages(), timeout=self._call_timeout, metadata=self._metadata)
+        except grpc.aio.AioRpcError as exc:
+            raise _error(exc, "write_file", path) from None
+
+    async def mkdir(self, path: str) -> None:
+        await self._change("mkdir", path, "Mkdir", _p(path))
+
+    # -- LsOperations / FindOperations / GrepOperations ----------------------------------------
+
+    async def exists(self, path: str) -> bool:
+        return bool((await self._call("exists", path, "Exists", _p(path))).value)
+
+    async def stat(self, path: str) -> FileStat:
+        return stat_from_wire(await self._call("stat", path, "Stat", _p(path)))
+
+    async def lstat(self, path: str) -> FileStat:
+        return stat_from_wire(await self._call("lstat", path, "Lstat", _p(path)))
+
+    async def is_directory(self, path: str) -> bool:
+        return bool((await self._call("is_directory", path, "IsDirectory", _p(path))).value)
+
+    async def readdir(self, path: str) -> list[str]:
+        stub = await self._ensure()
+        names: list[str] = []
+        async for batch in self._stream("readdir", path, stub.Readdir, _p(path)):
+            names.extend(batch.names)
+        return names
+
+    async def list_dir(self, path: str) -> list[DirEntry]:
+        stub = await self._ensure()
+        entries: list[DirEntry] = []
+        async for batch in self._stream("list_dir", path, stub.ListDir, _p(path)):
+            entries.extend(DirEntry(e.name, kind_from_wire(e.kind)) for e in batch.entries)
+        return entries
+
+    async def glob(
+        self, pattern: str, cwd: str, *, ignore: Sequence[str] = (), limit: int = 1000
+    ) -> list[str]:
+        stub = await self._ensure()
+        request = pb.GlobRequest(pattern=pattern, cwd=cwd, ignore=list(ignore), limit=limit)
+        found: list[str] = []
+        async for batch in self._stream("glob", cwd, stub.Glob, request):
+            found.extend(batch.names)
+        return found
+
+    async def search(
+        self,
+        pattern: str,
+        path: str,
+        *,
+        glob: str | None = None,
+        ignore_case: bool = False,
+        literal: bool = False,
+        limit: int = 100,
+    ) -> AsyncIterator[SearchMatch]:
+        stub = await self._ensure()
+        request = pb.SearchRequest(
+            pattern=pattern, path=path, ignore_case=ignore_case, literal=literal, limit=limit
+        )
+        if glob is not None:
+            request.glob = glob
+        async for match in self._stream("search", path, stub.Search, request):
+            text = match.line_text if match.HasField("line_text") else None
+            yield SearchMatch(match.path, match.line_number, text)
+
+    # -- FileSystemOperations ------------------------------------------------------------------
+
+    async def remove(self, path: str, *, recursive: bool = False) -> None:
+        request = pb.RemoveRequest(path=path, recursive=recursive)
+        await self._change("remove", path, "Remove", request)
+
+    async def rename(self, source: str, destination: str) -> None:
+        request = pb.RenameRequest(source=source, destination=destination)
+        await self._change("rename", source, "Rename", request)
+
+    # -- BashOperations ------------------------------------------------------------------------
+
+    async def exec(
+        self,
+        command: str,
+        cwd: str,
+        *,
+        on_data: OnData,
+        signal: AbortSignal | None = None,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> ExecResult:
+        return await self._exec(pb.SHELL_BASH, command, cwd, on_data, signal, timeout, env)
+
+    async def _exec(
+        self,
+        shell: pb.Shell,
+        command: str,
+        cwd: str,
+        on_data: OnData,
+        signal: AbortSignal | None,
+        timeout: float | None,
+        env: Mapping[str, str] | None,
+    ) -> ExecResult:
+        if signal is not None and signal.aborted:
+            return ExecResult(None, KillReason.ABORTED)
+        stub = await self._ensure()
+        start = pb.ExecRequest(command=command, cwd=cwd, shell=shell, env=dict(env or {}))
+        if timeout is not None:
+            start.timeout = timeout
+        deadline = None if timeout is None else timeout + self._exec_grace
+        call = stub.Exec(timeout=deadline, metadata=self._metadata)
+        run = _ExecCall(call, on_data, self._exec_grace)
+        remove: Callable[[], None] | None = None
+        try:
+            await call.write(pb.ExecInput(start=start))
+            if signal is not None:
+                loop = asyncio.get_running_loop()
+
+                def on_abort() -> None:
+                    loop.call_soon_threadsafe(run.abort)
+
+                remove = signal.add_listener(on_abort)
+            return await run.result()
+        except asyncio.CancelledError:
+            await run.kill_after_cancel()
+            raise
+        except grpc.aio.AioRpcError as exc:
+            if run.aborted and exc.code() is grpc.StatusCode.CANCELLED:
+                return ExecResult(None, KillReason.ABORTED)
+            if exc.code() is grpc.StatusCode.DEADLINE_EXCEEDED and timeout is not None:
+                raise Unavailable(
+                    "exec",
+                    cwd,
+                    f"the broker did not report within the {timeout} s timeout "
+                    f"plus {self._exec_grace} s",
+                ) from None
+            raise _error(exc, "exec", cwd) from None
+        finally:
+            if remove is not None:
+                remove()
+            run.close()
+
+
+class _ExecCall:
+    """One running ``Exec`` stream: output to ``on_data``, then the exit event."""
+
+    def __init__(self, call: Any, on_data: OnData, grace: float) -> None:
+        self._call = call
+        self._on_data = on_data
+        self._grace = grace
+        self._scope: asyncio.Timeout | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self.aborted = False
+
+    async def result(self) -> ExecResult:
+        async with asyncio.timeout(None) as scope:
+            self._scope = scope
+            try:
+                return await self._read_until_exit()
+            except TimeoutError:
+                if not self.aborted:
+                    raise
+                return ExecResult(None, KillReason.ABORTED)  # the broker is gone; the RPC is cut
+
+    async def _read_until_exit(self) -> ExecResult:
+        while True:
+            event = await self._call.read()
+            if event is grpc.aio.EOF:
+                await self._raise_status()
+            kind = event.WhichOneof("event")
+            if kind == "output":
+                pending = self._on_data(event.output)
+                if inspect.isawaitable(pending):
+                    await pending
+            elif kind == "exit":
+                end = event.exit
+                code = end.exit_code if end.HasField("exit_code") else None
+                return ExecResult(code, kill_reason_from_wire(end.kill_reason))
+
+    async def _raise_status(self) -> NoReturn:
+        code = await self._call.code()
+        raise Unavailable("exec", None, f"the broker ended the call without an exit ({code.name})")
+
+    def abort(self) -> None:
+        """Ask the broker to kill the tree; give it ``grace`` seconds to confirm."""
+        if self.aborted:
+            return
+        self.aborted = True
+        task = asyncio.get_running_loop().create_task(self._send_abort())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        if self._scope is not None:
+            self._scope.reschedule(asyncio.get_running_loop().time() + self._grace)
+
+    async def _send_abort(self) -> None:
+        try:
+            await self._call.write(pb.ExecInput(abort=pb.Empty()))
+        except Exception:  # the call already ended: nothing left to abort
+            return
+
+    async def kill_after_cancel(self) -> None:
+        """On task cancellation: abort, and wait (bounded) for the broker to report the kill."""
+        if self._call.done():
+            return
+        self.aborted = True
+        try:
+            async with asyncio.timeout(self._grace):
+                await self._send_abort()
+                while True:
+                    event = await self._call.read()
+                    if event is grpc.aio.EOF or event.WhichOneof("event") == "exit":
+                        return
+        except (Exception, asyncio.CancelledError):
+            return
+
+    def close(self) -> None:
+        if not self._call.done():
+            self._call.cancel()
+        for task in self._tasks:
+            task.cancel()
+
+
+def _p(path: str) -> pb.PathRequest:
+    return pb.PathRequest(path=path)
+
+
+# -- connect() ---------------------------------------------------------------------------------
+
+
+def _read_option_file(options: dict[str, Any], key: str) -> bytes | None:
+    value = options.pop(key, None)
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        return value
+    return Path(os.fspath(value)).read_bytes()
+
+
+def open_from_url(parts: urllib.parse.SplitResult, options: dict[str, Any]) -> GrpcBackend:
+    """The ``connect()`` factory for ``grpc://HOST:PORT``, ``grpcs://HOST:PORT`` and
+    ``grpc+unix:///PATH``.
+
+    Options: ``token`` (default ``$OPSBROKER_TOKEN``), ``call_timeout``, ``exec_grace``; for
+    ``grpcs``: ``ca_file`` (the broker's CA; default the system roots), ``client_cert`` and
+    ``client_key`` (mutual TLS), ``server_name`` (override the name checked in the certificate).
+    """
+    options = dict(options)
+    url = urllib.parse.urlunsplit(parts)
+    scheme = parts.scheme.lower()
+    token = options.pop("token", None) or os.environ.get("OPSBROKER_TOKEN")
+    credentials: grpc.ChannelCredentials | None = None
+    channel_options: list[tuple[str, Any]] = []
+    if scheme == "grpc+unix":
+        path = parts.path or parts.netloc
+        if not path:
+            raise InvalidArgument("connect", url, "expected grpc+unix:///path/to/broker.sock")
+        target = f"unix:{path}"
+    else:
+        if not parts.hostname or parts.port is None:
+            raise InvalidArgument("connect", url, f"expected {scheme}://HOST:PORT")
+        host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+        target = f"{host}:{parts.port}"
+    if scheme == "grpcs":
+        credentials = grpc.ssl_channel_credentials(
+            root_certificates=_read_option_file(options, "ca_file"),
+            private_key=_read_option_file(options, "client_key"),
+            certificate_chain=_read_option_file(options, "client_cert"),
+        )
+        server_name = options.pop("server_name", None)
+        if server_name:
+            channel_options.append(("grpc.ssl_target_name_override", server_name))
+    known = {"call_timeout", "exec_grace"}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise InvalidArgument("connect", url, f"unknown option(s) {', '.join(unknown)}")
+    return GrpcBackend(
+        target,
+        token=token,
+        credentials=credentials,
+        options=channel_options,
+        **{k: float(v) for k, v in options.items()},
+    )

@@ -1,0 +1,69 @@
+"""Whole-file operations in chunks, so a front-end never holds a whole file.
+
+The ``operations`` contract reads and writes whole files (``bytes``). A backend that can do better
+(the broker core, on disk) also offers :class:`ChunkedFileOperations`; the front-ends then stream
+files through it with bounded memory. For any other backend (the memory backend) these helpers fall
+back to the whole-file calls, which is what that backend holds in memory anyway.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator
+from typing import Protocol, runtime_checkable
+
+from operations import Backend, TooLarge
+
+__all__ = ["FALLBACK_WRITE_LIMIT", "ChunkedFileOperations", "read_chunks", "write_chunks"]
+
+FALLBACK_WRITE_LIMIT = 256 * 1024 * 1024  # a backend without write_chunks buffers the whole file
+
+
+@runtime_checkable
+class ChunkedFileOperations(Protocol):
+    """Streaming forms of ``read_file`` and ``write_file``, with the same checks and errors."""
+
+    def read_chunks(self, path: str, *, chunk_size: int) -> AsyncIterator[bytes]:
+        """The content of the regular file at ``path``, in pieces of at most ``chunk_size``.
+
+        Raises what ``read_file`` raises, before the first piece.
+        """
+        ...
+
+    async def write_chunks(self, path: str, chunks: AsyncIterable[bytes]) -> None:
+        """Create or replace ``path`` atomically with the concatenated ``chunks``.
+
+        If ``chunks`` raises, or the call is cancelled, nothing is written and the error propagates.
+        """
+        ...
+
+
+async def read_chunks(backend: Backend, path: str, chunk_size: int) -> AsyncGenerator[bytes, None]:
+    """Stream ``path`` from ``backend``, in pieces of at most ``chunk_size`` bytes."""
+    if isinstance(backend, ChunkedFileOperations):
+        async for piece in backend.read_chunks(path, chunk_size=chunk_size):
+            for start in range(0, len(piece), chunk_size):
+                yield piece[start : start + chunk_size]
+        return
+    data = await backend.read_file(path)
+    view = memoryview(data)
+    for start in range(0, len(data), chunk_size):
+        yield bytes(view[start : start + chunk_size])
+
+
+async def write_chunks(backend: Backend, path: str, chunks: AsyncIterable[bytes]) -> None:
+    """Write the concatenated ``chunks`` to ``path`` on ``backend``, atomically.
+
+    Raises:
+        TooLarge: the backend cannot stream and the content passes :data:`FALLBACK_WRITE_LIMIT`.
+    """
+    if isinstance(backend, ChunkedFileOperations):
+        await backend.write_chunks(path, chunks)
+        return
+    buffer = bytearray()
+    async for piece in chunks:
+        buffer += piece
+        if len(buffer) > FALLBACK_WRITE_LIMIT:
+            raise TooLarge(
+                "write_file", path, f"content exceeds {FALLBACK_WRITE_LIMIT} bytes on this backend"
+            )
+    await backend.write_file(path, bytes(buffer))

@@ -1,0 +1,607 @@
+"""The gRPC front-end: the ``opsbroker.v1.Broker`` service over any ``operations.Backend``.
+
+Each method is a translation: wire message -> backend call -> wire message, inside one
+:class:`_Call` scope that logs the call and turns an :class:`~operations.OpsError` into a status
+code plus an ``ErrorDetail`` in the trailing metadata (``_STATUS`` is the one mapping). Who may call
+is decided before any method runs (:class:`Authenticator`, applied by a server interceptor to every
+service, health and reflection included), so a refused call performs nothing.
+
+**Cancellation:** a client that cancels, passes its deadline or disappears gets its handler task
+cancelled by grpc.aio; the backend call is cancelled with it (``exec`` kills the command tree
+through the backend's one kill path). :meth:`BrokerServicer.kill_running` aborts every running
+command at shutdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import math
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from contextvars import ContextVar
+from types import TracebackType
+from typing import Any, TypeAlias, TypeVar
+
+import grpc
+import grpc.aio
+from opsbroker.v1 import broker_pb2 as pb
+from opsbroker.v1 import broker_pb2_grpc as pb_grpc
+from opsbroker.v1.codec import (
+    CHUNK_BYTES,
+    ERROR_METADATA_KEY,
+    LIST_BATCH_BYTES,
+    chunks,
+    error_to_wire,
+    kill_reason_to_wire,
+    kind_to_wire,
+    stat_to_wire,
+)
+
+from operations import (
+    AbortController,
+    Aborted,
+    AlreadyExists,
+    Backend,
+    EscapesRoot,
+    InvalidArgument,
+    IsADirectory,
+    KillReason,
+    NotADirectory,
+    NotFound,
+    NotRegularFile,
+    OpsError,
+    OutputLimit,
+    PermissionDenied,
+    PolicyDenied,
+    Timeout,
+    TooLarge,
+    TooManyLinks,
+    Unauthenticated,
+    Unavailable,
+)
+
+from .._auth import TokenTable
+from ._chunked import read_chunks, write_chunks
+
+__all__ = [
+    "SERVICE_NAME",
+    "AuthInterceptor",
+    "Authenticator",
+    "BrokerServicer",
+]
+
+SERVICE_NAME: str = pb.DESCRIPTOR.services_by_name["Broker"].full_name
+STREAM_IDLE_TIMEOUT = 60.0  # seconds a client stream may stall between messages before we give up
+
+_log = logging.getLogger("opsbroker.grpc")
+
+_STATUS: dict[type[OpsError], grpc.StatusCode] = {
+    NotFound: grpc.StatusCode.NOT_FOUND,
+    IsADirectory: grpc.StatusCode.FAILED_PRECONDITION,
+    NotADirectory: grpc.StatusCode.FAILED_PRECONDITION,
+    AlreadyExists: grpc.StatusCode.ALREADY_EXISTS,
+    NotRegularFile: grpc.StatusCode.FAILED_PRECONDITION,
+    TooManyLinks: grpc.StatusCode.FAILED_PRECONDITION,
+    PermissionDenied: grpc.StatusCode.PERMISSION_DENIED,
+    PolicyDenied: grpc.StatusCode.PERMISSION_DENIED,
+    EscapesRoot: grpc.StatusCode.PERMISSION_DENIED,
+    TooLarge: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    Timeout: grpc.StatusCode.DEADLINE_EXCEEDED,
+    Aborted: grpc.StatusCode.CANCELLED,
+    OutputLimit: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    Unavailable: grpc.StatusCode.UNAVAILABLE,
+    Unauthenticated: grpc.StatusCode.UNAUTHENTICATED,
+    InvalidArgument: grpc.StatusCode.INVALID_ARGUMENT,
+}
+
+_T = TypeVar("_T")
+_SHUTDOWN = object()  # the abort reason of commands killed because the broker stops
+
+_principal: ContextVar[str] = ContextVar("opsbroker_principal", default="-")
+
+
+def _status_of(error: OpsError) -> grpc.StatusCode:
+    for cls in type(error).__mro__:
+        status = _STATUS.get(cls)
+        if status is not None:
+            return status
+    return grpc.StatusCode.UNKNOWN
+
+
+async def _abort_with(context: grpc.aio.ServicerContext[Any, Any], error: OpsError) -> None:
+    """End the call with ``error``'s status and its ``ErrorDetail``. Always raises."""
+    detail = error_to_wire(error).SerializeToString()
+    await context.abort(
+        _status_of(error), str(error), trailing_metadata=((ERROR_METADATA_KEY, detail),)
+    )
+
+
+class _Call:
+    """One call's scope: maps errors to a status and logs one line when the call ends."""
+
+    __slots__ = ("_context", "_op", "_path", "_start")
+
+    def __init__(
+        self, context: grpc.aio.ServicerContext[Any, Any], op: str, path: str | None
+    ) -> None:
+        self._context = context
+        self._op = op
+        self._path = path
+        self._start = 0.0
+
+    async def __aenter__(self) -> None:
+        self._start = time.perf_counter()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        outcome = "ok"
+        try:
+            if exc is None:
+                return
+            if isinstance(exc, OpsError):
+                outcome = exc.code
+                await _abort_with(self._context, exc)
+            elif isinstance(exc, asyncio.CancelledError):
+                outcome = "cancelled"
+            elif isinstance(exc, grpc.aio.AbortError):
+                outcome = "aborted"
+            elif isinstance(exc, Exception):
+                outcome = "internal"
+                _log.error("%s %r failed", self._op, self._path, exc_info=exc)
+                await self._context.abort(
+                    grpc.StatusCode.INTERNAL,
+                    f"{self._op}: internal error in the broker ({type(exc).__name__}); "
+                    "see the broker's log",
+                )
+        finally:
+            if _log.isEnabledFor(logging.INFO):
+                elapsed = (time.perf_counter() - self._start) * 1000
+                _log.info(
+                    "%s %s %r -> %s (%.1f ms)",
+                    _principal.get(),
+                    self._op,
+                    self._path,
+                    outcome,
+                    elapsed,
+                )
+
+
+async def _read(context: grpc.aio.ServicerContext[Any, Any], op: str) -> Any:
+    """The next client message, or ``grpc.aio.EOF``; a stream stalled too long is a Timeout."""
+    try:
+        async with asyncio.timeout(STREAM_IDLE_TIMEOUT):
+            return await context.read()
+    except TimeoutError:
+        raise Timeout(op, None, f"no message from the client for {STREAM_IDLE_TIMEOUT} s") from None
+
+
+def _batches(items: Iterable[_T], name: Callable[[_T], str] = str) -> Iterable[list[_T]]:
+    """``items`` in lists of about :data:`LIST_BATCH_BYTES`, so no message nears a size cap."""
+    batch: list[_T] = []
+    size = 0
+    for item in items:
+        batch.append(item)
+        size += len(name(item)) + 8
+        if size >= LIST_BATCH_BYTES:
+            yield batch
+            batch, size = [], 0
+    if batch:
+        yield batch
+
+
+def _exec_timeout(request: pb.ExecRequest) -> float | None:
+    if not request.HasField("timeout"):
+        return None
+    timeout = request.timeout
+    if not math.isfinite(timeout) or timeout < 0:
+        raise InvalidArgument(
+            "exec",
+            request.cwd,
+            f"`timeout` must be a non-negative number of seconds, got {timeout}",
+        )
+    return timeout
+
+
+class BrokerServicer(pb_grpc.BrokerServicer):
+    """``opsbroker.v1.Broker`` over ``backend``.
+
+    Args:
+        backend: what does the work (the broker core, or any ``operations.Backend``).
+        version: reported by ``Capabilities``.
+        info: extra ``Capabilities`` facts the backend knows (``resolver``, ``cgroup_kill``,
+            ``sandbox``, ``powershell``, ``limits``); by default read from ``backend.capabilities()``
+            when the backend has that method.
+    """
+
+    def __init__(
+        self, backend: Backend, *, version: str, info: Mapping[str, Any] | None = None
+    ) -> None:
+        self._backend = backend
+        self._version = version
+        if info is None:
+            describe = getattr(backend, "capabilities", None)
+            info = describe() if callable(describe) else {}
+        self._info: Mapping[str, Any] = info
+        self._running: set[AbortController] = set()
+
+    def kill_running(self) -> int:
+        """Abort every running command (broker shutdown); their callers see ``SHUTDOWN``."""
+        running = list(self._running)
+        for controller in running:
+            controller.abort(_SHUTDOWN)
+        return len(running)
+
+    @property
+    def running(self) -> int:
+        """How many commands are running now."""
+        return len(self._running)
+
+    # -- Capabilities --------------------------------------------------------------------------
+
+    async def Capabilities(
+        self, request: pb.CapabilitiesRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.CapabilitiesReply:
+        async with _Call(context, "capabilities", None):
+            limits = pb.Limits(chunk_bytes=CHUNK_BYTES)
+            for key, value in dict(self._info.get("limits") or {}).items():
+                if value is not None and key in pb.Limits.DESCRIPTOR.fields_by_name:
+                    setattr(limits, key, value)
+            return pb.CapabilitiesReply(
+                version=self._version,
+                root=self._backend.root,
+                resolver=str(self._info.get("resolver", "")),
+                cgroup_kill=bool(self._info.get("cgroup_kill", False)),
+                sandbox=bool(self._info.get("sandbox", False)),
+                powershell=bool(self._info.get("powershell", False)),
+                limits=limits,
+            )
+
+    # -- files ---------------------------------------------------------------------------------
+
+    async def ReadFile(
+        self, request: pb.PathRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> None:
+        async with _Call(context, "read_file", request.path):
+            pieces = read_chunks(self._backend, request.path, CHUNK_BYTES)
+            try:
+                async for piece in pieces:
+                    await context.write(pb.Chunk(data=piece))
+            finally:
+                await pieces.aclose()
+
+    async def Access(
+        self, request: pb.AccessRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.Empty:
+        async with _Call(context, "access", request.path):
+            await self._backend.access(request.path, writable=request.writable)
+            return pb.Empty()
+
+    async def DetectImageMimeType(
+        self, request: pb.PathRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.MimeTypeReply:
+        async with _Call(context, "detect_image_mime_type", request.path):
+            mime = await self._backend.detect_image_mime_type(request.path)
+            return pb.MimeTypeReply(mime_type=mime or "")
+
+    async def WriteFile(
+        self, request_iterator: object, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.Empty:
+        async with _Call(context, "write_file", None):
+            first = await _read(context, "write_file")
+            if first is grpc.aio.EOF or not first.path:
+                raise InvalidArgument(
+                    "write_file", None, "the first message of the stream must carry the path"
+                )
+            path: str = first.path
+            expected = first.size if first.HasField("size") else None
+            if expected is not None and expected < 0:
+                raise InvalidArgument("write_file", path, f"`size` must be >= 0, got {expected}")
+
+            async def pieces() -> AsyncIterator[bytes]:
+                received = len(first.data)
+                if first.data:
+                    yield first.data
+                while True:
+                    message = await _read(context, "write_file")
+                    if message is grpc.aio.EOF:
+                        break
+                    received += len(message.data)
+                    if expected is not None and received > expected:
+                        raise InvalidArgument(
+                            "write_file", path, f"stream is longer than its size {expected}"
+                        )
+                    yield message.data
+                if expected is not None and received != expected:
+                    raise InvalidArgument(
+                        "write_file",
+                        path,
+                        f"stream ended after {received} of {expected} bytes; nothing was written",
+                    )
+
+            await write_chunks(self._backend, path, pieces())
+            return pb.Empty()
+
+    async def Mkdir(
+        self, request: pb.PathRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.Empty:
+        async with _Call(context, "mkdir", request.path):
+            await self._backend.mkdir(request.path)
+            return pb.Empty()
+
+    async def Exists(
+        self, request: pb.PathRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.BoolReply:
+        async with _Call(context, "exists", request.path):
+            return pb.BoolReply(value=await self._backend.exists(request.path))
+
+    async def Stat(
+        self, request: pb.PathRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.FileStat:
+        async with _Call(context, "stat", request.path):
+            return stat_to_wire(await self._backend.stat(request.path))
+
+    async def Lstat(
+        self, request: pb.PathRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.FileStat:
+        async with _Call(context, "lstat", request.path):
+            return stat_to_wire(await self._backend.lstat(request.path))
+
+    async def IsDirectory(
+        self, request: pb.PathRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.BoolReply:
+        async with _Call(context, "is_directory", request.path):
+            return pb.BoolReply(value=await self._backend.is_directory(request.path))
+
+    async def Readdir(
+        self, request: pb.PathRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> None:
+        async with _Call(context, "readdir", request.path):
+            for batch in _batches(await self._backend.readdir(request.path)):
+                await context.write(pb.Names(names=batch))
+
+    async def ListDir(
+        self, request: pb.PathRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> None:
+        async with _Call(context, "list_dir", request.path):
+            entries = await self._backend.list_dir(request.path)
+            for batch in _batches(entries, lambda entry: entry.name):
+                wire = [pb.DirEntry(name=e.name, kind=kind_to_wire(e.kind)) for e in batch]
+                await context.write(pb.DirEntries(entries=wire))
+
+    async def Remove(
+        self, request: pb.RemoveRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.Empty:
+        async with _Call(context, "remove", request.path):
+            await self._backend.remove(request.path, recursive=request.recursive)
+            return pb.Empty()
+
+    async def Rename(
+        self, request: pb.RenameRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.Empty:
+        async with _Call(context, "rename", request.source):
+            await self._backend.rename(request.source, request.destination)
+            return pb.Empty()
+
+    # -- find and search -----------------------------------------------------------------------
+
+    async def Glob(
+        self, request: pb.GlobRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> None:
+        async with _Call(context, "glob", request.cwd):
+            found = await self._backend.glob(
+                request.pattern, request.cwd, ignore=list(request.ignore), limit=request.limit
+            )
+            for batch in _batches(found):
+                await context.write(pb.Names(names=batch))
+
+    async def Search(
+        self, request: pb.SearchRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> None:
+        async with _Call(context, "search", request.path):
+            matches = self._backend.search(
+                request.pattern,
+                request.path,
+                glob=request.glob if request.HasField("glob") else None,
+                ignore_case=request.ignore_case,
+                literal=request.literal,
+                limit=request.limit,
+            )
+            try:
+                async for match in matches:
+                    wire = pb.SearchMatch(path=match.path, line_number=match.line_number)
+                    if match.line_text is not None:
+                        wire.line_text = match.line_text
+                    await context.write(wire)
+            finally:
+                aclose = getattr(matches, "aclose", None)
+                if aclose is not None:
+                    await aclose()
+
+    # -- commands ------------------------------------------------------------------------------
+
+    async def Exec(
+        self, request_iterator: object, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> None:
+        async with _Call(context, "exec", None):
+            first = await _read(context, "exec")
+            if first is grpc.aio.EOF or first.WhichOneof("input") != "start":
+                raise InvalidArgument("exec", None, "the first message must be `start`")
+            request: pb.ExecRequest = first.start
+            if request.shell == pb.SHELL_POWERSHELL:
+                runner: Any = self._backend.powershell
+            elif request.shell in (pb.SHELL_UNSPECIFIED, pb.SHELL_BASH):
+                runner = self._backend
+            else:
+                raise InvalidArgument("exec", request.cwd, f"unknown shell {request.shell}")
+            timeout = _exec_timeout(request)
+            controller = AbortController()
+
+            async def on_data(data: bytes) -> None:
+                if data:
+                    for piece in chunks(data):
+                        await context.write(pb.ExecEvent(output=piece))
+
+            watcher = asyncio.create_task(_watch_abort(context, controller))
+            self._running.add(controller)
+            try:
+                result = await runner.exec(
+                    request.command,
+                    request.cwd,
+                    on_data=on_data,
+                    signal=controller.signal,
+                    timeout=timeout,
+                    env=dict(request.env) if request.env else None,
+                )
+            finally:
+                self._running.discard(controller)
+                watcher.cancel()
+            reason = result.kill_reason
+            if reason is KillReason.ABORTED and controller.signal.reason is _SHUTDOWN:
+                reason = KillReason.SHUTDOWN
+            end = pb.ExecExit(kill_reason=kill_reason_to_wire(reason))
+            if result.exit_code is not None:
+                end.exit_code = result.exit_code
+            await context.write(pb.ExecEvent(exit=end))
+
+
+async def _watch_abort(
+    context: grpc.aio.ServicerContext[Any, Any], controller: AbortController
+) -> None:
+    """Abort the command when the client sends ``abort``; anything else is ignored."""
+    try:
+        while True:
+            message = await context.read()
+            if message is grpc.aio.EOF:
+                return
+            if message.WhichOneof("input") == "abort":
+                controller.abort("client")
+                return
+    except Exception:  # the call ended under us: nothing left to abort
+        return
+
+
+# -- authentication ----------------------------------------------------------------------------
+
+
+class Authenticator:
+    """Decides who a caller is, or that it may not call at all.
+
+    - a Unix-socket peer is ``local`` (the socket file's permissions are the access control);
+    - with mutual TLS, the principal is ``cert:<common name>`` of the verified client certificate;
+    - otherwise an ``authorization: Bearer TOKEN`` header must name a principal in ``tokens``.
+
+    Methods in ``public_methods`` (e.g. the health check, if so configured) need no credentials.
+    """
+
+    def __init__(
+        self,
+        tokens: TokenTable | None,
+        *,
+        mtls: bool = False,
+        public_methods: Iterable[str] = (),
+    ) -> None:
+        self._tokens = tokens
+        self._mtls = mtls
+        self._public = frozenset(public_methods)
+
+    def principal(self, method: str, context: grpc.aio.ServicerContext[Any, Any]) -> str | None:
+        """The caller's principal, or ``None`` when it must be refused."""
+        peer = context.peer() or ""
+        if peer.startswith("unix:"):
+            return "local"
+        if self._mtls:
+            auth = context.auth_context()
+            names = list(
+                auth.get("x509_common_name") or auth.get("x509_subject_alternative_name") or ()
+            )
+            if names:
+                return "cert:" + bytes(names[0]).decode("utf-8", "replace")
+        if self._tokens is not None:
+            for key, value in context.invocation_metadata() or ():
+                if key == "authorization" and isinstance(value, str):
+                    scheme, _, token = value.partition(" ")
+                    if scheme.lower() == "bearer":
+                        return self._tokens.principal(token.strip())
+        if method in self._public:
+            return "anonymous"
+        return None
+
+
+_Behaviour = Callable[..., Any]
+_Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
+
+
+class AuthInterceptor(grpc.aio.ServerInterceptor):
+    """Applies an :class:`Authenticator` to every method of every service on the server."""
+
+    def __init__(self, authenticator: Authenticator) -> None:
+        self._auth = authenticator
+        self._cache: dict[str, tuple[_Handler, _Handler]] = {}
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[_Handler | None]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> _Handler | None:
+        handler = await continuation(handler_call_details)
+        if handler is None:
+            return handler
+        method = handler_call_details.method
+        cached = self._cache.get(method)
+        if cached is not None and cached[0] is handler:
+            return cached[1]
+        guarded = _guard(handler, method, self._auth)
+        self._cache[method] = (handler, guarded)
+        return guarded
+
+
+def _guard(handler: _Handler, method: str, auth: Authenticator) -> _Handler:
+    """``handler`` with the caller authenticated before its behaviour runs."""
+    op = method.rsplit("/", 1)[-1]
+
+    async def check(context: grpc.aio.ServicerContext[Any, Any]) -> None:
+        principal = auth.principal(method, context)
+        if principal is None:
+            await _abort_with(
+                context,
+                Unauthenticated(
+                    op, None, "missing or unknown bearer token (send 'authorization: Bearer TOKEN')"
+                ),
+            )
+        else:
+            _principal.set(principal)
+
+    def wrap(inner: _Behaviour) -> _Behaviour:
+        if inspect.isasyncgenfunction(inner):
+
+            async def stream(request: Any, context: Any) -> AsyncIterator[Any]:
+                await check(context)
+                async for response in inner(request, context):
+                    yield response
+
+            return stream
+
+        async def call(request: Any, context: Any) -> Any:
+            await check(context)
+            return await inner(request, context)
+
+        return call
+
+    kwargs = {
+        "request_deserializer": handler.request_deserializer,
+        "response_serializer": handler.response_serializer,
+    }
+    if handler.unary_unary is not None:
+        return grpc.unary_unary_rpc_method_handler(wrap(handler.unary_unary), **kwargs)
+    if handler.unary_stream is not None:
+        return grpc.unary_stream_rpc_method_handler(wrap(handler.unary_stream), **kwargs)
+    if handler.stream_unary is not None:
+        return grpc.stream_unary_rpc_method_handler(wrap(handler.stream_unary), **kwargs)
+    assert handler.stream_stream is not None
+    return grpc.stream_stream_rpc_method_handler(wrap(handler.stream_stream), **kwargs)

@@ -1,0 +1,266 @@
+"""Running a broker: :class:`BrokerConfig`, :class:`BrokerServer` and :func:`serve`.
+
+``BrokerServer`` puts a backend (by default the broker core over ``config.root``) behind the
+front-ends the config names, today gRPC, on TCP and/or Unix-socket addresses. Tests and embedders
+start it in process (``async with BrokerServer(config) as server: server.addresses``); the
+``opsbroker serve`` command does the same until SIGINT or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import importlib.metadata
+import os
+import tomllib
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+import grpc
+import grpc.aio
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+from opsbroker.v1 import broker_pb2_grpc as pb_grpc
+from pydantic import BaseModel, ConfigDict, Field
+
+from operations import Backend, InvalidArgument
+
+from ._auth import TokenTable
+from ._frontends.grpc import SERVICE_NAME, Authenticator, AuthInterceptor, BrokerServicer
+
+__all__ = ["BrokerConfig", "BrokerServer", "default_token_file", "serve"]
+
+MAX_RECEIVE_MESSAGE_BYTES = 4 * 1024 * 1024  # requests carry 64 KiB chunks; 4 MiB is ample
+MAX_SEND_MESSAGE_BYTES = 64 * 1024 * 1024  # one search match holds a whole line, however long
+KEEPALIVE_TIME_MS = 20_000  # ping an idle connection this often, to notice a vanished client
+KEEPALIVE_TIMEOUT_MS = 10_000  # ...and drop it (cancelling its calls) if the ping is not answered
+MIN_CLIENT_PING_INTERVAL_MS = 5_000  # clients may ping us this often without being cut off
+
+_HEALTH_METHODS = ("/grpc.health.v1.Health/Check", "/grpc.health.v1.Health/Watch")
+
+
+def default_token_file() -> Path:
+    """Where a broker keeps its generated tokens: ``$XDG_STATE_HOME/opsbroker/tokens``.
+
+    Never inside the workspace root, where the commands the broker runs could read it.
+    """
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join(Path.home(), ".local", "state")
+    return Path(state) / "opsbroker" / "tokens"
+
+
+class BrokerConfig(BaseModel):
+    """Everything a broker needs to start. Loaded from TOML by :meth:`from_toml`.
+
+    ``grpc`` lists listen addresses: ``HOST:PORT`` (port 0 picks a free one), ``[::1]:PORT``,
+    ``unix:/path/to.sock``. TCP needs authentication: bearer tokens from ``token_file`` (created,
+    mode 0600, with one fresh token when missing; default :func:`default_token_file`) or mutual
+    TLS (``tls_client_ca``). A Unix socket is guarded by its file permissions (0600).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    root: Path
+    grpc: list[str] = Field(default_factory=lambda: ["127.0.0.1:7443"])
+    token_file: Path | None = None
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_client_ca: Path | None = None
+    health_without_token: bool = False
+    max_concurrent_streams: int = 256
+    max_concurrent_calls: int = 4096
+    shutdown_grace: float = 5.0
+
+    @classmethod
+    def from_toml(cls, path: Path, **overrides: Any) -> BrokerConfig:
+        """Read ``path`` (TOML; relative paths in it are relative to the file), then apply
+        ``overrides`` (e.g. from the command line; ``None`` values are ignored)."""
+        data = tomllib.loads(path.read_text())
+        base = path.parent
+        for key in ("root", "token_file", "tls_cert", "tls_key", "tls_client_ca"):
+            if isinstance(data.get(key), str):
+                data[key] = str(base / data[key])
+        data.update({k: v for k, v in overrides.items() if v is not None})
+        return cls.model_validate(data)
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("opsbroker")
+    except importlib.metadata.PackageNotFoundError:
+        return "0+source"
+
+
+def _is_unix(address: str) -> bool:
+    return address.startswith("unix:")
+
+
+def _unix_path(address: str) -> str:
+    rest = address.removeprefix("unix:")
+    return rest[2:] if rest.startswith("//") else rest
+
+
+class BrokerServer:
+    """A broker serving ``backend`` (default: the core over ``config.root``) on ``config.grpc``.
+
+    Use as ``async with BrokerServer(config) as server:``, or call :meth:`start` and :meth:`stop`.
+    After start, :attr:`addresses` holds the bound addresses (real ports) and :attr:`tokens` the
+    token table in use (``None`` when no TCP address needs it).
+    """
+
+    def __init__(self, config: BrokerConfig, backend: Backend | None = None) -> None:
+        self.config = config
+        self._backend = backend
+        self._owns_backend = backend is None
+        self._server: grpc.aio.Server | None = None
+        self._servicer: BrokerServicer | None = None
+        self._health: health.aio.HealthServicer | None = None
+        self.addresses: list[str] = []
+        self.tokens: TokenTable | None = None
+        self.token_file: Path | None = None
+
+    @property
+    def principal_model(self) -> str:
+        """One line saying who may call, for the operator."""
+        parts = []
+        if any(not _is_unix(a) for a in self.config.grpc):
+            if self.config.tls_client_ca is not None:
+                parts.append("TCP: mutual TLS, principal = client certificate CN")
+            else:
+                tls = "TLS + " if self.config.tls_cert is not None else ""
+                parts.append(f"TCP: {tls}bearer token, principal from the tokens file")
+        if any(_is_unix(a) for a in self.config.grpc):
+            parts.append("Unix socket: principal 'local' (socket mode 0600)")
+        return "; ".join(parts)
+
+    async def start(self) -> None:
+        """Open the backend and listen on every configured address.
+
+        Raises:
+            InvalidArgument: an address cannot be bound, or the TLS files are incomplete.
+        """
+        config = self.config
+        if self._backend is None:
+            # The core is imported only when needed: front-ends never depend on it otherwise.
+            core = importlib.import_module("broker._core")
+            self._backend = core.Broker(str(config.root))
+        assert self._backend is not None
+        needs_auth = any(not _is_unix(a) for a in config.grpc)
+        mtls = config.tls_client_ca is not None
+        if needs_auth and (config.token_file is not None or not mtls):
+            self.token_file = config.token_file or default_token_file()
+            self.tokens = TokenTable.load_or_create(self.token_file)
+        authenticator = Authenticator(
+            self.tokens,
+            mtls=mtls,
+            public_methods=_HEALTH_METHODS if config.health_without_token else (),
+        )
+        server = grpc.aio.server(
+            interceptors=[AuthInterceptor(authenticator)],
+            options=[
+                ("grpc.max_receive_message_length", MAX_RECEIVE_MESSAGE_BYTES),
+                ("grpc.max_send_message_length", MAX_SEND_MESSAGE_BYTES),
+                ("grpc.max_concurrent_streams", config.max_concurrent_streams),
+                ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
+                ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+                ("grpc.keepalive_permit_without_calls", 1),
+                ("grpc.http2.min_ping_interval_without_data_ms", MIN_CLIENT_PING_INTERVAL_MS),
+                ("grpc.http2.max_pings_without_data", 0),
+                ("grpc.so_reuseport", 0),
+            ],
+            maximum_concurrent_rpcs=config.max_concurrent_calls,
+        )
+        self._servicer = BrokerServicer(self._backend, version=_version())
+        pb_grpc.add_BrokerServicer_to_server(self._servicer, server)  # type: ignore[no-untyped-call]
+        self._health = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        reflection.enable_server_reflection(
+            (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+        )
+        credentials = self._tls_credentials()
+        for address in config.grpc:
+            self.addresses.append(self._bind(server, address, credentials))
+        await server.start()
+        self._server = server
+        for address in self.addresses:
+            if _is_unix(address):
+                os.chmod(_unix_path(address), 0o600)
+        for service in ("", SERVICE_NAME):
+            await self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
+
+    def _tls_credentials(self) -> grpc.ServerCredentials | None:
+        config = self.config
+        if config.tls_cert is None and config.tls_key is None:
+            if config.tls_client_ca is not None:
+                raise InvalidArgument("serve", None, "tls_client_ca needs tls_cert and tls_key")
+            return None
+        if config.tls_cert is None or config.tls_key is None:
+            raise InvalidArgument("serve", None, "TLS needs both tls_cert and tls_key")
+        ca = config.tls_client_ca.read_bytes() if config.tls_client_ca is not None else None
+        return grpc.ssl_server_credentials(
+            [(config.tls_key.read_bytes(), config.tls_cert.read_bytes())],
+            root_certificates=ca,
+            require_client_auth=ca is not None,
+        )
+
+    def _bind(
+        self, server: grpc.aio.Server, address: str, credentials: grpc.ServerCredentials | None
+    ) -> str:
+        try:
+            if _is_unix(address):
+                path = _unix_path(address)
+                with contextlib.suppress(FileNotFoundError):
+                    if Path(path).is_socket():
+                        os.unlink(path)  # a stale socket from a broker that died
+                server.add_insecure_port(f"unix:{path}")
+                return f"unix:{path}"
+            if credentials is not None:
+                port = server.add_secure_port(address, credentials)
+            else:
+                port = server.add_insecure_port(address)
+        except RuntimeError as exc:
+            raise InvalidArgument("serve", address, f"cannot listen: {exc}") from None
+        host = address.rsplit(":", 1)[0]
+        return f"{host}:{port}"
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Stop: refuse new calls, kill running commands, let other calls drain for ``grace``
+        seconds (default ``config.shutdown_grace``), then cancel what is left. Idempotent."""
+        server, self._server = self._server, None
+        if server is None:
+            return
+        if self._health is not None:
+            await self._health.enter_graceful_shutdown()
+        if self._servicer is not None:
+            self._servicer.kill_running()
+        await server.stop(self.config.shutdown_grace if grace is None else grace)
+        if self._owns_backend and self._backend is not None:
+            await self._backend.aclose()
+
+    async def wait_closed(self) -> None:
+        """Return when the server has stopped."""
+        if self._server is not None:
+            await self._server.wait_for_termination()
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+
+async def serve(config: BrokerConfig, backend: Backend | None = None) -> None:
+    """Run a broker until cancelled, then stop it gracefully (see :meth:`BrokerServer.stop`)."""
+    server = BrokerServer(config, backend)
+    await server.start()
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await server.stop()

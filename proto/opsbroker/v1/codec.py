@@ -1,0 +1,110 @@
+"""Conversions between the v1 wire messages and ``operations`` values, for every transport.
+
+The gRPC front-end and client, and the SSH ones after them, all translate through these functions,
+so a value means the same thing whichever way it travelled. Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from operations import ERROR_TYPES, FileKind, FileStat, KillReason, OpsError, PolicyDenied
+from operations import error_from_code as _error_from_code
+
+from . import broker_pb2 as pb
+
+__all__ = [
+    "CHUNK_BYTES",
+    "ERROR_METADATA_KEY",
+    "LIST_BATCH_BYTES",
+    "chunks",
+    "error_from_wire",
+    "error_to_wire",
+    "kill_reason_from_wire",
+    "kill_reason_to_wire",
+    "kind_from_wire",
+    "kind_to_wire",
+    "stat_from_wire",
+    "stat_to_wire",
+]
+
+CHUNK_BYTES = 64 * 1024  # file and output payload per message: far below any message cap
+LIST_BATCH_BYTES = 256 * 1024  # names per readdir/glob batch, by size: lists never hit a cap
+ERROR_METADATA_KEY = "opsbroker-error-bin"  # gRPC trailing metadata holding an ErrorDetail
+
+_KIND_TO_WIRE: dict[FileKind, pb.FileKind] = {
+    FileKind.FILE: pb.FILE_KIND_FILE,
+    FileKind.DIRECTORY: pb.FILE_KIND_DIRECTORY,
+    FileKind.SYMLINK: pb.FILE_KIND_SYMLINK,
+    FileKind.OTHER: pb.FILE_KIND_OTHER,
+}
+_KIND_FROM_WIRE = {wire: kind for kind, wire in _KIND_TO_WIRE.items()}
+
+_KILL_TO_WIRE: dict[KillReason, pb.KillReason] = {
+    KillReason.TIMEOUT: pb.KILL_REASON_TIMEOUT,
+    KillReason.ABORTED: pb.KILL_REASON_ABORTED,
+    KillReason.OUTPUT_LIMIT: pb.KILL_REASON_OUTPUT_LIMIT,
+    KillReason.SHUTDOWN: pb.KILL_REASON_SHUTDOWN,
+}
+_KILL_FROM_WIRE = {wire: reason for reason, wire in _KILL_TO_WIRE.items()}
+
+
+def kind_to_wire(kind: FileKind) -> pb.FileKind:
+    return _KIND_TO_WIRE[kind]
+
+
+def kind_from_wire(kind: pb.FileKind) -> FileKind:
+    """An unknown or unset kind (a newer broker) reads as ``OTHER``."""
+    return _KIND_FROM_WIRE.get(kind, FileKind.OTHER)
+
+
+def kill_reason_to_wire(reason: KillReason | None) -> pb.KillReason:
+    return pb.KILL_REASON_UNSPECIFIED if reason is None else _KILL_TO_WIRE[reason]
+
+
+def kill_reason_from_wire(reason: pb.KillReason) -> KillReason | None:
+    """``UNSPECIFIED`` means "not killed"; an unknown value (a newer broker) reads as ``ABORTED``."""
+    if reason == pb.KILL_REASON_UNSPECIFIED:
+        return None
+    return _KILL_FROM_WIRE.get(reason, KillReason.ABORTED)
+
+
+def stat_to_wire(stat: FileStat) -> pb.FileStat:
+    return pb.FileStat(
+        kind=_KIND_TO_WIRE[stat.kind], size=stat.size, mode=stat.mode, mtime=stat.mtime
+    )
+
+
+def stat_from_wire(stat: pb.FileStat) -> FileStat:
+    return FileStat(
+        kind=kind_from_wire(stat.kind), size=stat.size, mode=stat.mode, mtime=stat.mtime
+    )
+
+
+def error_to_wire(error: OpsError) -> pb.ErrorDetail:
+    """The :class:`ErrorDetail` that rebuilds ``error`` on the other side."""
+    detail = pb.ErrorDetail(code=error.code, op=error.op, reason=error.reason)
+    if error.path is not None:
+        detail.path = error.path
+    if isinstance(error, PolicyDenied) and error.rule is not None:
+        detail.rule = error.rule
+    return detail
+
+
+def error_from_wire(detail: pb.ErrorDetail) -> OpsError:
+    """The same :class:`~operations.OpsError` type, op, path, reason (and rule) that was sent."""
+    path = detail.path if detail.HasField("path") else None
+    rule = detail.rule if detail.HasField("rule") else None
+    if detail.code not in ERROR_TYPES:
+        return OpsError(detail.op, path, detail.reason or None)
+    return _error_from_code(detail.code, detail.op, path, detail.reason or None, rule=rule)
+
+
+def chunks(data: bytes, size: int = CHUNK_BYTES) -> Iterator[bytes]:
+    """``data`` in pieces of at most ``size`` bytes (one empty piece for empty data)."""
+    if len(data) <= size:
+        yield data
+        return
+    view = memoryview(data)
+    for start in range(0, len(data), size):
+        yield bytes(view[start : start + size])

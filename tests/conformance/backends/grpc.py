@@ -1,0 +1,43 @@
+"""The gRPC backend: the broker core behind an in-process gRPC server on 127.0.0.1, port 0,
+reached by ``agent_side.connect("grpc://...", token=...)``."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from agent_side import connect
+from broker import BrokerConfig, BrokerServer
+from tests.conformance._workspace import DiskWorkspace
+
+
+def write_token_file(path: Path) -> str:
+    """A tokens file (mode 0600) with one fresh token; returns the token."""
+    token = secrets.token_urlsafe(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as file:
+        file.write(f"{token} conformance\n")
+    return token
+
+
+@contextlib.asynccontextmanager
+async def open_grpc(tmp_path: Path) -> AsyncIterator[DiskWorkspace]:
+    root, outside = DiskWorkspace.create_dirs(tmp_path)
+    token = write_token_file(tmp_path / "tokens")
+    config = BrokerConfig(
+        root=Path(root),
+        grpc=["127.0.0.1:0"],
+        token_file=tmp_path / "tokens",
+        shutdown_grace=1.0,
+    )
+    async with (
+        BrokerServer(config) as server,
+        connect(f"grpc://{server.addresses[0]}", token=token) as ops,
+    ):
+        yield DiskWorkspace(ops, root, outside)
+
+
+VARIANTS = {"grpc": open_grpc}

@@ -1,0 +1,141 @@
+"""Authentication: refused callers get UNAUTHENTICATED and the backend performs nothing."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import grpc
+import grpc.aio
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from opsbroker.v1 import broker_pb2 as pb
+from opsbroker.v1 import broker_pb2_grpc as pb_grpc
+
+from agent_side import connect
+from operations import InMemoryOperations, PermissionDenied, Unauthenticated
+
+from ._harness import client, serving, token_of
+
+pytestmark = pytest.mark.anyio  # explicit, so that parametrized async tests collect correctly
+
+
+async def _attempt_everything(address: str, token: str | None) -> None:
+    """Call a read, a write, a mkdir and an exec directly; each must be refused."""
+    metadata = (("authorization", f"Bearer {token}"),) if token is not None else ()
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = pb_grpc.BrokerStub(channel)  # type: ignore[no-untyped-call]
+        calls = [
+            stub.ReadFile(pb.PathRequest(path="/workspace/a"), metadata=metadata).read(),
+            stub.WriteFile(
+                iter([pb.WriteFileRequest(path="/workspace/new", data=b"x")]), metadata=metadata
+            ),
+            stub.Mkdir(pb.PathRequest(path="/workspace/dir"), metadata=metadata),
+            _exec(stub, metadata),
+        ]
+        for call in calls:
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await call
+            assert caught.value.code() is grpc.StatusCode.UNAUTHENTICATED
+
+
+async def _exec(stub: object, metadata: tuple[tuple[str, str], ...]) -> None:
+    call = stub.Exec(metadata=metadata)  # type: ignore[attr-defined]
+    await call.write(pb.ExecInput(start=pb.ExecRequest(command="touch x", cwd="/workspace")))
+    await call.read()
+    await call
+
+
+@pytest.mark.parametrize("token", [None, "", "wrong-token", "Bearer"])
+async def test_missing_or_wrong_token_is_refused_and_does_nothing(
+    tmp_path: Path, token: str | None
+) -> None:
+    memory = InMemoryOperations({"a": b"secret"})
+    async with serving(tmp_path, memory) as server:
+        ops = connect(f"grpc://{server.addresses[0]}", token=token)
+        with pytest.raises(Unauthenticated):
+            await ops.open()
+        await ops.aclose()
+        await _attempt_everything(server.addresses[0], token)
+        assert memory.log == []
+        assert memory.snapshot() == {"a": b"secret"}
+        assert memory.commands.history == []
+
+
+async def test_another_brokers_token_is_refused(tmp_path: Path) -> None:
+    memory = InMemoryOperations({"a": b"secret"})
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    async with (
+        serving(tmp_path / "a", memory) as server,
+        serving(tmp_path / "b", InMemoryOperations()) as other,
+    ):
+        assert token_of(server) != token_of(other)
+        with pytest.raises(Unauthenticated):
+            async with client(server, token=token_of(other)):
+                pass
+        await _attempt_everything(server.addresses[0], token_of(other))
+        assert memory.log == []
+        async with client(server) as good:
+            assert await good.read_file("/workspace/a") == b"secret"
+
+
+async def test_generated_token_file_is_private(tmp_path: Path) -> None:
+    async with serving(tmp_path, InMemoryOperations()) as server:
+        assert server.token_file == tmp_path / "tokens"
+        assert stat.S_IMODE(os.stat(server.token_file).st_mode) == 0o600
+        assert len(token_of(server)) >= 40
+
+
+async def test_a_token_file_others_can_read_is_refused(tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens"
+    tokens.write_text("abc alice\n")
+    tokens.chmod(0o644)
+    with pytest.raises(PermissionDenied, match="chmod 600"):
+        async with serving(tmp_path, InMemoryOperations()):
+            pass
+
+
+async def test_tokens_file_names_the_principal(tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens"
+    tokens.write_text("# comment\ntok-alice alice\ntok-bob bob\n")
+    tokens.chmod(0o600)
+    async with serving(tmp_path, InMemoryOperations({"a": b"1"})) as server:
+        for token in ("tok-alice", "tok-bob"):
+            async with client(server, token=token) as ops:
+                assert await ops.read_file("/workspace/a") == b"1"
+
+
+async def _health(address: str, token: str | None) -> int:
+    metadata = (("authorization", f"Bearer {token}"),) if token else ()
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        reply = await stub.Check(health_pb2.HealthCheckRequest(service=""), metadata=metadata)
+        return int(reply.status)
+
+
+async def test_health_needs_a_token_unless_configured(tmp_path: Path) -> None:
+    async with serving(tmp_path, InMemoryOperations()) as server:
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await _health(server.addresses[0], None)
+        assert caught.value.code() is grpc.StatusCode.UNAUTHENTICATED
+        status = await _health(server.addresses[0], token_of(server))
+        assert status == health_pb2.HealthCheckResponse.SERVING
+    (tmp_path / "open").mkdir()
+    async with serving(tmp_path / "open", InMemoryOperations(), health_without_token=True) as srv:
+        assert await _health(srv.addresses[0], None) == health_pb2.HealthCheckResponse.SERVING
+        with pytest.raises(Unauthenticated):
+            async with client(srv, token="nope"):
+                pass
+
+
+async def test_unix_socket_needs_no_token_and_is_private(tmp_path: Path) -> None:
+    sock = tmp_path / "b.sock"
+    memory = InMemoryOperations({"a": b"1"})
+    async with serving(tmp_path, memory, grpc=[f"unix:{sock}"]) as server:
+        assert server.addresses == [f"unix:{sock}"]
+        assert server.tokens is None
+        assert stat.S_IMODE(os.stat(sock).st_mode) == 0o600
+        async with connect(f"grpc+unix://{sock}") as ops:
+            assert await ops.read_file("/workspace/a") == b"1"

@@ -1,0 +1,86 @@
+"""Every Operations member over gRPC against the memory backend: values and errors survive."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from operations import (
+    EscapesRoot,
+    ExecResult,
+    FileKind,
+    InMemoryOperations,
+    IsADirectory,
+    KillReason,
+    NotFound,
+)
+from operations._memory import Symlink
+
+from ._harness import client, serving
+
+
+async def test_file_operations_round_trip(tmp_path: Path) -> None:
+    memory = InMemoryOperations({"a.txt": b"hello\n", "d/b.txt": b"x", "ln": Symlink("a.txt")})
+    async with serving(tmp_path, memory) as server, client(server) as ops:
+        root = ops.root
+        assert root == "/workspace"
+        assert await ops.read_file(f"{root}/a.txt") == b"hello\n"
+        big = bytes(range(256)) * 1000  # several chunks
+        await ops.write_file(f"{root}/big", big)
+        assert await ops.read_file(f"{root}/big") == big
+        await ops.write_file(f"{root}/empty", b"")
+        assert await ops.read_file(f"{root}/empty") == b""
+        await ops.mkdir(f"{root}/x/y")
+        assert await ops.is_directory(f"{root}/x/y")
+        assert await ops.exists(f"{root}/a.txt")
+        assert not await ops.exists(f"{root}/nope")
+        st = await ops.stat(f"{root}/ln")
+        assert st.kind is FileKind.FILE and st.size == 6
+        assert (await ops.lstat(f"{root}/ln")).kind is FileKind.SYMLINK
+        assert sorted(await ops.readdir(f"{root}/d")) == ["b.txt"]
+        entries = {e.name: e.kind for e in await ops.list_dir(root)}
+        assert entries["d"] is FileKind.DIRECTORY and entries["ln"] is FileKind.SYMLINK
+        assert await ops.glob("**/*.txt", root) == ["a.txt", "d/b.txt"]
+        matches = [m async for m in ops.search("hel+o", root)]
+        assert [(m.path, m.line_number, m.line_text) for m in matches] == [
+            (f"{root}/a.txt", 1, "hello")
+        ]
+        await ops.rename(f"{root}/big", f"{root}/big2")
+        await ops.remove(f"{root}/big2")
+        await ops.access(f"{root}/a.txt", writable=True)
+        assert await ops.detect_image_mime_type(f"{root}/a.txt") is None
+
+
+async def test_errors_keep_type_op_and_path(tmp_path: Path) -> None:
+    async with serving(tmp_path, InMemoryOperations({"d/": None})) as server, client(server) as ops:
+        with pytest.raises(NotFound) as caught:
+            await ops.read_file("/workspace/missing")
+        assert caught.value.op == "read_file" and caught.value.path == "/workspace/missing"
+        with pytest.raises(IsADirectory):
+            await ops.read_file("/workspace/d")
+        with pytest.raises(EscapesRoot):
+            await ops.read_file("/workspace/../etc/passwd")
+
+
+async def test_exec_streams_output_and_exit(tmp_path: Path) -> None:
+    memory = InMemoryOperations()
+    memory.commands.register("hi", output="hello\n", exit_code=3)
+    async with serving(tmp_path, memory) as server, client(server) as ops:
+        seen: list[bytes] = []
+        result = await ops.exec("hi", ops.root, on_data=seen.append)
+        assert result == ExecResult(3, None)
+        assert b"".join(seen) == b"hello\n"
+
+
+async def test_exec_timeout_is_enforced_by_the_broker(tmp_path: Path) -> None:
+    memory = InMemoryOperations()
+
+    async def forever(ctx: object) -> int:
+        await ctx.sleep(3600)  # type: ignore[attr-defined]
+        return 0
+
+    memory.commands.register("forever", forever)
+    async with serving(tmp_path, memory) as server, client(server) as ops:
+        result = await ops.exec("forever", ops.root, on_data=lambda _: None, timeout=0.05)
+        assert result == ExecResult(None, KillReason.TIMEOUT)
