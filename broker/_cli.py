@@ -15,6 +15,8 @@ __all__ = ["SUBCOMMANDS", "main"]
 
 SUBCOMMANDS = [
     "broker._cli_serve",
+    "agent_side._cli_call",
+    "agent_side._cli_run",
 ]
 
 
