@@ -132,8 +132,10 @@ class EventPrinter:
             )
         elif isinstance(event, ToolExecutionUpdateEvent):
             output = _text(event.partial_result).rstrip("\n")
-            lines = output.count("\n") + 1 if output else 0
-            last = _one_line(output.rsplit("\n", 1)[-1]) if output else ""
+            if not output:
+                return  # the "started, no output yet" update says nothing the start line did not
+            lines = output.count("\n") + 1
+            last = _one_line(output.rsplit("\n", 1)[-1])
             self._print(
                 f"update  [{event.tool_call_id}] {event.tool_name} {self._elapsed(event.tool_call_id)}"
                 f" {lines} line{'s' if lines != 1 else ''} of output, last: {last}",
@@ -143,7 +145,7 @@ class EventPrinter:
             elapsed = self._elapsed(event.tool_call_id)
             self._running.pop(event.tool_call_id, None)
             status = "ERROR" if event.is_error else "ok"
-            text = _text(event.result)
+            text = _text(event.result).rstrip("\n")
             first = _one_line(text.split("\n", 1)[0]) if text else ""
             lines = text.count("\n") + 1 if text else 0
             self._print(
