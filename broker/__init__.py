@@ -3,15 +3,46 @@
 General layout: the core modules (``_resolver`` for confinement over ``_openat2``, ``_treewalk``
 and ``_rg`` for glob and search, then processes, policy, audit) import only ``operations``;
 ``_core`` composes them into :class:`Broker`, one object that implements every ``operations``
-protocol; front-ends (``_frontends/grpc.py``, SSH) are thin translations to and from the wire and
+protocol; ``_guard.Enforcement`` (the ``operations`` policy, ``_audit``, ``_landlock``) wraps the
+core once per connection, so every front-end meets the same policy and audit; front-ends
+(``_frontends/grpc.py``, ``_frontends/ssh.py``) are thin translations to and from the wire and
 import the core, never the reverse; ``_serve`` runs front-ends over a backend; ``_cli`` is the
 command line.
 """
 
+import os as _os
+
+# The broker forks commands from a process where gRPC threads run; gRPC's own fork handlers then
+# crash the child now and then. Turn them off before anything imports grpc (an explicit setting
+# in the environment wins).
+_os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
+from ._audit import AuditError as AuditError
+from ._audit import AuditLog as AuditLog
+from ._audit import AuditUnavailable as AuditUnavailable
+from ._audit import verify_files as verify_files
 from ._core import Broker as Broker
+from ._guard import Enforcement as Enforcement
+from ._landlock import Sandbox as Sandbox
+from ._landlock import SandboxUnavailable as SandboxUnavailable
+from ._landlock import landlock_abi as landlock_abi
 from ._resolver import Root as Root
 from ._serve import BrokerConfig as BrokerConfig
 from ._serve import BrokerServer as BrokerServer
 from ._serve import serve as serve
 
-__all__ = ["Broker", "BrokerConfig", "BrokerServer", "Root", "serve"]
+__all__ = [
+    "AuditError",
+    "AuditLog",
+    "AuditUnavailable",
+    "Broker",
+    "BrokerConfig",
+    "BrokerServer",
+    "Enforcement",
+    "Root",
+    "Sandbox",
+    "SandboxUnavailable",
+    "landlock_abi",
+    "serve",
+    "verify_files",
+]

@@ -23,12 +23,13 @@ from operations import (
     ExecResult,
     FileKind,
     FileStat,
+    InvalidArgument,
     NotADirectory,
     NotFound,
     OnData,
+    OpsError,
     SearchMatch,
     TooLarge,
-    TooManyLinks,
     Unavailable,
 )
 from operations._search import LineMatcher, search_file
@@ -59,10 +60,19 @@ def _file_stat(info: os.stat_result) -> FileStat:
     return FileStat(_kind(info.st_mode), info.st_size, st.S_IMODE(info.st_mode), info.st_mtime)
 
 
-def _read_fd(fd: int, limit: int) -> bytes:
-    """Read ``fd`` to its end, refusing more than ``limit`` bytes (the file may grow meanwhile)."""
-    chunks: list[bytes] = []
-    total = 0
+def _read_fd(fd: int, limit: int, size: int = -1) -> bytes:
+    """Read ``fd`` to its end, refusing more than ``limit`` bytes (the file may grow meanwhile).
+
+    ``size`` (from ``fstat``) lets a small file be read in one call: a regular file's read is
+    short only at its end.
+    """
+    if 0 <= size < READ_CHUNK:
+        data = os.read(fd, size + 1)
+        if len(data) <= size:
+            return data
+        chunks, total = [data], len(data)
+    else:
+        chunks, total = [], 0
     while True:
         chunk = os.read(fd, min(READ_CHUNK, limit + 1 - total))
         if not chunk:
@@ -166,7 +176,7 @@ class Broker:
                 raise self._too_large(path)
             try:
                 if info.st_size <= INLINE_READ_BYTES:
-                    return _read_fd(fd, self._max_read)
+                    return _read_fd(fd, self._max_read, info.st_size)
                 return await asyncio.to_thread(_read_fd, fd, self._max_read)
             except OverflowError:
                 raise self._too_large(path) from None
@@ -189,8 +199,10 @@ class Broker:
     async def exists(self, path: str) -> bool:
         try:
             self._root.stat("exists", path)
-        except (NotFound, NotADirectory, TooManyLinks):
-            return False
+        except (InvalidArgument, Unavailable):
+            raise
+        except OpsError:
+            return False  # missing, dangling, a loop, or leading outside: nothing usable there
         return True
 
     async def stat(self, path: str) -> FileStat:

@@ -16,6 +16,7 @@ import ctypes
 import errno
 import os
 import sys
+from typing import Any
 
 __all__ = [
     "RESOLVE_BENEATH",
@@ -42,6 +43,7 @@ class _OpenHow(ctypes.Structure):
 
 
 _HOW_SIZE = ctypes.sizeof(_OpenHow)
+_HOWS: dict[tuple[int, int, int], Any] = {}
 _syscall = None
 _available: bool | None = None
 
@@ -73,11 +75,14 @@ def openat2(
     """
     if _syscall is None:
         raise OSError(errno.ENOSYS, "openat2 is Linux-only")
-    how = _OpenHow(flags | os.O_CLOEXEC, mode, resolve)
+    key = (flags, mode, resolve)
+    how = _HOWS.get(key)
+    if how is None:  # one struct per distinct request, built once: the syscall is the hot path
+        how = _HOWS[key] = ctypes.byref(_OpenHow(flags | os.O_CLOEXEC, mode, resolve))
     for _ in range(EAGAIN_RETRIES):
-        fd = _syscall(SYS_OPENAT2, dirfd, path, ctypes.byref(how), _HOW_SIZE)
+        fd: int = _syscall(SYS_OPENAT2, dirfd, path, how, _HOW_SIZE)
         if fd >= 0:
-            return int(fd)
+            return fd
         err = ctypes.get_errno()
         if err == errno.EINTR:
             continue

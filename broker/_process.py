@@ -14,8 +14,17 @@ The tree is tracked so that ``setsid`` and double forks cannot escape:
   (``OPSBROKER_EXEC_ID``), and a ``/proc`` sweep finds the command's session, the cookie holders
   and their descendants (:mod:`broker._proctree`).
 
-Where the kernel has Landlock signal scoping the command cannot signal anything outside its own
-tree, so ``kill $PPID`` fails; the new session already keeps ``kill 0`` and terminal signals away.
+Where the kernel has Landlock signal scoping (Linux 6.12) the command cannot signal anything
+outside its own tree, so ``kill $PPID`` fails; the new session already keeps ``kill 0``, ``kill
+-$PPID`` of an unrelated group and terminal signals away, but not a direct ``kill $PPID``.
+
+Spawning: with signal scoping the child must call ``landlock_restrict_self`` itself, so
+``subprocess`` runs a small Python hook between fork and exec (a real fork; it also enters the
+cgroup and ``fchdir``s there). Without it no Python runs in the child and ``subprocess`` can vfork:
+the working directory is entered through ``/proc/self/fd/<cwd_fd>`` and a one-line ``sh``
+trampoline writes itself into the cgroup before exec'ing the command. Either way the command is
+tracked before it can fork. The fork costs about 2-3 ms more per command on a VM
+(``scripts/bench.py exec_true``).
 
 Timeout, abort (signal or task cancellation), output limit and shutdown take the same path:
 SIGTERM (and SIGCONT, so a stopped process can act on it), ``kill_grace`` seconds, then SIGKILL of
@@ -30,12 +39,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import inspect
 import logging
 import math
 import os
+import shlex
+import shutil
 import signal as _signal
 import subprocess
+import time
 import uuid
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -48,6 +61,7 @@ from operations import (
     KillReason,
     NotFound,
     OnData,
+    OpsError,
     PermissionDenied,
     Unavailable,
 )
@@ -60,10 +74,10 @@ from ._proctree import (
     has_pidfd,
     is_child_subreaper,
     pidfd_signal,
-    proc_pids,
     read_cookie,
     read_stat,
     set_child_subreaper,
+    stats_since,
 )
 from ._signal_scope import SignalScope
 
@@ -78,14 +92,22 @@ KILL_GRACE_S = 1.0
 IDLE_GRACE_S = 0.1
 """After the shell exits, stop reading once output has been idle this long (reference: 100 ms)."""
 
-READ_CHUNK = 64 * 1024
+READ_CHUNK = 256 * 1024
 """Bytes read from the pipe at a time: the most output the broker holds for one command."""
+
+PIPE_SIZE = 1024 * 1024
+"""Kernel pipe buffer for the output pipe: fewer wake-ups for fast producers (Linux, best effort)."""
+
+_F_SETPIPE_SZ = 1031
 
 MAX_TIMEOUT_S = 2147483.647
 """Largest timeout accepted (the reference's limit: 2**31-1 milliseconds)."""
 
 EMPTY_TREE_LIMIT_S = 10.0
 """After SIGKILL, how long to keep killing before reporting a tree that will not die (D state)."""
+
+STALE_ZOMBIE_S = 5.0
+"""A zombie child unreaped this long was adopted, not spawned (asyncio reaps within ms)."""
 
 POLL_FIRST_S = 0.0005
 POLL_MAX_S = 0.02
@@ -140,6 +162,30 @@ class _Run:
         if self.kill_reason is None:
             self.kill_reason = reason
             self.kill_event.set()
+
+
+def _check_program(program: str, path: str | None) -> None:
+    """Fail like a direct spawn would when the program is missing (the trampoline would hide it)."""
+    found = (
+        os.access(program, os.X_OK)
+        if "/" in program
+        else shutil.which(program, path=path or os.defpath) is not None
+    )
+    if not found:
+        raise NotFound("exec", program, "program not found")
+
+
+def _cgroup_trampoline(cgroup: CommandCgroup, env: Mapping[str, str]) -> list[str]:
+    """``sh -c`` prefix that writes the shell into each of the command's cgroups, then execs.
+
+    ``sh`` sets ``PWD`` itself; the trampoline restores the caller's environment exactly.
+    """
+    steps = [
+        f"echo 0 > {shlex.quote(os.path.join(g, 'cgroup.procs'))}"
+        for g in (cgroup.path, *cgroup.limit_paths)
+    ]
+    steps.append(f"export PWD={shlex.quote(env['PWD'])}" if "PWD" in env else "unset PWD")
+    return ["/bin/sh", "-c", " && ".join(steps) + ' && exec "$@"', "opsbroker-exec"]
 
 
 def _check_timeout(timeout: float | None) -> None:
@@ -224,6 +270,7 @@ class ProcessManager:
         self._pids_max = pids_max
         self._memory_max = memory_max
         self._runs: set[_Run] = set()
+        self._stale_zombies: dict[tuple[int, int], float] = {}
         self._closing = False
         self._pidfd = has_pidfd()
         self._cgroups: CgroupTree | None = None
@@ -349,39 +396,61 @@ class ProcessManager:
         child_env = dict(MINIMAL_ENV if env is None else env)
         child_env[COOKIE_VAR] = cookie
         cgroup = None
-        procs_fds: list[int] = []
         if self._cgroups is not None:
             cgroup = self._cgroups.new_command(pids_max=self._pids_max, memory_max=self._memory_max)
-            procs_fds = cgroup.procs_fds()
         scope = self._scope
-
-        def in_child() -> None:  # between fork and exec: keep it to a few system calls
-            for fd in procs_fds:
-                os.write(fd, b"0")
-            if cwd_fd is not None:
-                os.fchdir(cwd_fd)
+        procs_fds: list[int] = []
+        preexec: Callable[[], None] | None = None
+        child_argv = list(argv)
+        child_cwd: str | None = cwd
+        try:
             if scope is not None:
-                scope.restrict_self()
+                # Landlock must be entered by the child itself: a Python hook between fork and
+                # exec (a real fork, not vfork). The cgroup and cwd ride along at no extra cost.
+                procs_fds = cgroup.procs_fds() if cgroup is not None else []
 
-        need_child_hook = bool(procs_fds) or cwd_fd is not None or scope is not None
+                def in_child() -> None:  # keep it to a few system calls
+                    for fd in procs_fds:
+                        os.write(fd, b"0")
+                    if cwd_fd is not None:
+                        os.fchdir(cwd_fd)
+                    scope.restrict_self()
+
+                preexec = in_child
+                child_cwd = cwd if cwd_fd is None else None
+            else:
+                # No Python in the child, so subprocess can vfork: chdir through the fd's magic
+                # link (done before fds are closed), and a one-line sh trampoline that moves
+                # itself into the cgroup before exec'ing the command (it cannot fork first).
+                if cwd_fd is not None:
+                    child_cwd = f"/proc/self/fd/{cwd_fd}"
+                if cgroup is not None:
+                    _check_program(child_argv[0], child_env.get("PATH"))
+                    child_argv = [*_cgroup_trampoline(cgroup, child_env), *child_argv]
+        except BaseException:
+            if cgroup is not None:
+                cgroup.remove()
+            raise
         read_fd, write_fd = os.pipe()
+        with contextlib.suppress(OSError):
+            fcntl.fcntl(read_fd, _F_SETPIPE_SZ, PIPE_SIZE)
         try:
             popen = subprocess.Popen(
-                list(argv),
+                child_argv,
                 stdin=subprocess.DEVNULL,
                 stdout=write_fd,
                 stderr=write_fd,
-                cwd=cwd if cwd_fd is None else None,
+                cwd=child_cwd,
                 env=child_env,
                 start_new_session=True,
                 close_fds=True,
-                preexec_fn=in_child if need_child_hook else None,
+                preexec_fn=preexec,
             )
         except BaseException as e:
             os.close(read_fd)
             if cgroup is not None:
                 cgroup.remove()
-            raise self._spawn_error(e, argv, cwd) from e
+            raise self._spawn_error(e, argv, cwd, child_cwd) from e
         finally:
             os.close(write_fd)
             for fd in procs_fds:
@@ -402,9 +471,13 @@ class ProcessManager:
         )
 
     @staticmethod
-    def _spawn_error(e: BaseException, argv: Sequence[str], cwd: str) -> BaseException:
+    def _spawn_error(
+        e: BaseException, argv: Sequence[str], cwd: str, child_cwd: str | None
+    ) -> BaseException:
+        if isinstance(e, OpsError):
+            return e
         if isinstance(e, FileNotFoundError):
-            if e.filename == cwd:
+            if e.filename in (cwd, child_cwd):
                 return NotFound("exec", cwd, "working directory does not exist")
             return NotFound("exec", argv[0], "program not found")
         if isinstance(e, PermissionError):
@@ -446,9 +519,10 @@ class ProcessManager:
         killed = asyncio.create_task(run.kill_event.wait())
         try:
             while not exited.done() and not killed.done():
-                await asyncio.wait({exited, killed, pump}, return_when=asyncio.FIRST_COMPLETED)
-                if pump.done() and pump.exception() is not None:
-                    pump.result()
+                waiters = {exited, killed} if pump.done() else {exited, killed, pump}
+                await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+                if pump.done():
+                    pump.result()  # on_data raised: propagate (the caller kills the tree)
             if run.kill_reason is not None:
                 return
             run.last_activity = max(run.last_activity, loop.time())
@@ -485,6 +559,8 @@ class ProcessManager:
                 result = on_data(data)
                 if inspect.isawaitable(result):
                     await result
+                else:
+                    await asyncio.sleep(0)  # a producer that never blocks must not starve the loop
                 run.last_activity = loop.time()
             if run.kill_reason is KillReason.OUTPUT_LIMIT:
                 return
@@ -513,6 +589,8 @@ class ProcessManager:
             if run.pidfd is not None:
                 os.close(run.pidfd)
             self._reap_adopted(run)
+            if self._stale_zombies:
+                self._reap_stale_zombies()
             if run.cgroup is not None:
                 try:
                     run.cgroup.remove()
@@ -534,7 +612,13 @@ class ProcessManager:
             if await self._wait_empty(run, 0.1):
                 return
             if loop.time() > deadline:
-                log.error("exec: process tree of pid %d survives SIGKILL; giving up", run.pid)
+                log.error(
+                    "exec: process tree of pid %d survives SIGKILL; giving up (%s)",
+                    run.pid,
+                    run.cgroup.pids()
+                    if run.cgroup
+                    else sorted(self._members(run).values(), key=str),
+                )
                 return
 
     async def _wait_empty(self, run: _Run, within: float) -> bool:
@@ -571,22 +655,19 @@ class ProcessManager:
                 pidfd_signal(pid, sig, cgroup.contains)
             return
         members = self._members(run)
-        self._note_adopted(run, members)
         for pid, st in members.items():
             if st.alive:
                 pidfd_signal(pid, sig, _same_process(st))
 
     def _members(self, run: _Run) -> dict[int, ProcStat]:
-        """The command's processes, by ``/proc``: its session, cookie holders, their descendants."""
+        """The command's processes, by ``/proc``: its session, cookie holders, their descendants.
+
+        Zombies among them that the broker adopted (subreaper) are reaped on the way.
+        """
         me = os.getpid()
         cookie = run.cookie.encode()
-        candidates: dict[int, ProcStat] = {}
-        for pid in proc_pids():
-            if pid in (1, me):
-                continue
-            st = read_stat(pid)
-            if st is not None and st.starttime >= run.leader_start:
-                candidates[pid] = st  # anything older cannot descend from the command
+        # Anything started before the leader cannot descend from the command.
+        candidates = stats_since(run.leader_start, exclude=(1, me))
         members = {
             pid: st
             for pid, st in candidates.items()
@@ -599,7 +680,37 @@ class ProcessManager:
                 if pid not in members and st.ppid in members:
                     members[pid] = st
                     grew = True
+        self._note_adopted(run, members)
+        leaders = {r.pid for r in self._runs}
+        for pid, st in candidates.items():
+            if st.alive or st.ppid != me or pid in leaders:
+                continue
+            if pid in members:
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, os.WNOHANG)
+            elif self._subreaper:
+                self._stale_zombies.setdefault((pid, st.starttime), time.monotonic())
         return members
+
+    def _reap_stale_zombies(self) -> None:
+        """Reap zombie children nobody has reaped for ``STALE_ZOMBIE_S`` (fallback mode only).
+
+        A ``setsid`` orphan that exits on its own before any sweep sees it alive becomes a zombie
+        child of the broker (the subreaper) that no command can be matched to. asyncio and
+        ``subprocess`` reap their own children within milliseconds, so a zombie child that has
+        stayed unreaped this long is one the broker adopted.
+        """
+        now = time.monotonic()
+        me = os.getpid()
+        for key, first_seen in list(self._stale_zombies.items()):
+            if now - first_seen < STALE_ZOMBIE_S:
+                continue
+            del self._stale_zombies[key]
+            pid, start = key
+            st = read_stat(pid)
+            if st is not None and not st.alive and st.ppid == me and st.starttime == start:
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, os.WNOHANG)
 
     def _note_adopted(self, run: _Run, pids: Mapping[int, ProcStat] | Sequence[int]) -> None:
         """Remember members the broker adopted (subreaper), to reap them once they are zombies."""
@@ -612,18 +723,12 @@ class ProcessManager:
                 run.adopted[pid] = st.starttime
 
     def _reap_adopted(self, run: _Run) -> None:
-        """Reap zombies the broker adopted from this command, and only those (never asyncio's)."""
-        if not is_child_subreaper():
-            return
+        """Reap the zombies the broker adopted from this command, and only those (never a pid
+        that asyncio or other code spawned: each is checked by pid, start time and parent)."""
         me = os.getpid()
-        for pid in proc_pids():
+        for pid, start in run.adopted.items():
             st = read_stat(pid)
-            if st is None or st.alive or st.ppid != me or pid == run.pid:
-                continue
-            ours = run.adopted.get(pid) == st.starttime or (
-                st.sid == run.pid and st.starttime >= run.leader_start
-            )
-            if ours:
+            if st is not None and not st.alive and st.ppid == me and st.starttime == start:
                 with contextlib.suppress(ChildProcessError):
                     os.waitpid(pid, os.WNOHANG)
 

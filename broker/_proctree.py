@@ -27,9 +27,9 @@ __all__ = [
     "pidfd_signal",
     "proc_pids",
     "read_cookie",
-    "read_cookie_pids",
     "read_stat",
     "set_child_subreaper",
+    "stats_since",
 ]
 
 COOKIE_VAR = "OPSBROKER_EXEC_ID"
@@ -70,13 +70,20 @@ class ProcStat:
         return self.state not in ("Z", "X", "x")
 
 
-def read_stat(pid: int) -> ProcStat | None:
-    """Parse ``/proc/<pid>/stat``; ``None`` when the process is gone."""
+def _read_small(path: str) -> bytes | None:
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            raw = f.read()
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
+    try:
+        return os.read(fd, 4096)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _parse_stat(pid: int, raw: bytes) -> ProcStat | None:
     # The command name may hold spaces and parentheses: split after the last ')'.
     fields = raw[raw.rfind(b")") + 2 :].split()
     try:
@@ -92,6 +99,36 @@ def read_stat(pid: int) -> ProcStat | None:
         return None
 
 
+def read_stat(pid: int) -> ProcStat | None:
+    """Parse ``/proc/<pid>/stat``; ``None`` when the process is gone."""
+    raw = _read_small(f"/proc/{pid}/stat")
+    return None if raw is None else _parse_stat(pid, raw)
+
+
+def stats_since(starttime: int, exclude: tuple[int, ...] = ()) -> dict[int, ProcStat]:
+    """Every process started at or after ``starttime`` (clock ticks since boot), by pid.
+
+    One read of ``/proc/<pid>/stat`` per process; older processes are skipped before parsing.
+    """
+    out: dict[int, ProcStat] = {}
+    for pid in proc_pids():
+        if pid in exclude:
+            continue
+        raw = _read_small(f"/proc/{pid}/stat")
+        if raw is None:
+            continue
+        tail = raw[raw.rfind(b")") + 2 :].split(maxsplit=20)
+        try:
+            if int(tail[19]) < starttime:
+                continue
+        except (IndexError, ValueError):
+            continue
+        st = _parse_stat(pid, raw)
+        if st is not None:
+            out[pid] = st
+    return out
+
+
 def proc_pids() -> Iterator[int]:
     """Every pid currently listed in ``/proc``."""
     with os.scandir("/proc") as it:
@@ -103,7 +140,7 @@ def proc_pids() -> Iterator[int]:
 def read_cookie(pid: int) -> bytes | None:
     """The value of ``OPSBROKER_EXEC_ID`` in a process's environment, if it has one."""
     try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
+        with open(f"/proc/{pid}/environ", "rb", buffering=0) as f:
             environ = f.read()
     except OSError:
         return None
@@ -112,18 +149,6 @@ def read_cookie(pid: int) -> bytes | None:
         if item.startswith(key):
             return item[len(key) :]
     return None
-
-
-def read_cookie_pids(cookie: str) -> set[int]:
-    """Pids of live processes whose environment carries ``cookie`` (a full ``/proc`` scan)."""
-    want = cookie.encode()
-    found = set()
-    for pid in proc_pids():
-        if read_cookie(pid) == want:
-            st = read_stat(pid)
-            if st is not None and st.alive:
-                found.add(pid)
-    return found
 
 
 def has_pidfd() -> bool:

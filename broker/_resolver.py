@@ -112,9 +112,8 @@ class Root:
     file than the one the caller meant, but that file is always inside the root (every step is
     relative to an fd already beneath it).
 
-    Paths may be absolute (they must lie under the root, compared component by component in either
-    the given or the canonical spelling of the root: ``/w/project2`` is not under ``/w/project``) or
-    relative to the root.
+    Paths are absolute and must lie under the root, compared component by component in either the
+    given or the canonical spelling of the root (``/w/project2`` is not under ``/w/project``).
 
     Args:
         path: the root directory. It is canonicalised once, here.
@@ -137,6 +136,7 @@ class Root:
         except OSError as exc:
             raise errno_error("open_root", path, exc) from None
         self._prefixes = [_components(os.fsencode(self.path)), _components(os.fsencode(self.real))]
+        self._fast_prefix = os.fsencode(self.path.rstrip("/") + "/")
 
     def capabilities(self) -> dict[str, object]:
         """Which resolver runs and what the kernel offers (reported by the broker)."""
@@ -173,19 +173,28 @@ class Root:
         if "\x00" in path:
             raise InvalidArgument(op, path, "path contains a NUL byte")
         try:
-            raw = os.fsencode(path)
+            raw = path.encode("utf-8")  # strict: a surrogate escape (undecodable name) is refused
         except UnicodeError:
             raise InvalidArgument(op, path, "path is not valid UTF-8") from None
         if len(raw) > MAX_PATH:
             raise InvalidArgument(op, path, f"path longer than {MAX_PATH} bytes")
+        if raw.startswith(self._fast_prefix):  # the common case: a clean path under the root
+            parts = raw[len(self._fast_prefix) :].split(b"/")
+            if b"" not in parts and b"." not in parts and b".." not in parts:
+                if max(map(len, parts)) > MAX_NAME:
+                    raise InvalidArgument(
+                        op, path, f"a path component is longer than {MAX_NAME} bytes"
+                    )
+                return parts
+        if not raw.startswith(b"/"):
+            raise InvalidArgument(op, path, f"expected an absolute path under {self.path}")
         parts = _components(raw)
-        if raw.startswith(b"/"):
-            for prefix in self._prefixes:
-                if parts[: len(prefix)] == prefix:
-                    parts = parts[len(prefix) :]
-                    break
-            else:
-                raise EscapesRoot(op, path, "path is outside the workspace root")
+        for prefix in self._prefixes:
+            if parts[: len(prefix)] == prefix:
+                parts = parts[len(prefix) :]
+                break
+        else:
+            raise EscapesRoot(op, path, f"path is outside the workspace root {self.path}")
         for part in parts:
             if len(part) > MAX_NAME:
                 raise InvalidArgument(op, path, f"a path component is longer than {MAX_NAME} bytes")
@@ -409,7 +418,10 @@ class Root:
                 self._at(op, path, parts, make)
 
     def _is_dir_beneath(self, op: str, path: str, parts: list[bytes]) -> bool:
-        """Whether ``parts`` resolves, links followed beneath the root, to a directory."""
+        """Whether ``parts`` resolves, links followed beneath the root, to a directory.
+
+        Anything else (a dangling link, a loop, a link out of the root) is ``False``: mkdir
+        then reports the existing name as AlreadyExists, as mkdir(2) does, wherever it points."""
         try:
             self._at(op, path, [*parts, b"."], _stat_dir)
         except (OSError, OpsError):
@@ -419,7 +431,7 @@ class Root:
     def remove(self, op: str, path: str, *, recursive: bool = False) -> None:
         """Remove a file, a symlink (never its target) or a directory (empty unless recursive)."""
         parts, must_be_dir = self._split_mutation(op, path)
-        self._check_names(op, path, parts, "remove")
+        self._check_names(op, path, parts, must_be_dir, "remove")
 
         def remove(d: int, n: bytes) -> None:
             info = os.stat(n, dir_fd=d, follow_symlinks=False)
@@ -441,8 +453,8 @@ class Root:
         never followed. Both parents are resolved beneath the root."""
         src, src_dir = self._split_mutation(op, source)
         dst, dst_dir = self._split_mutation(op, destination)
-        self._check_names(op, source, src, "rename")
-        self._check_names(op, destination, dst, "rename")
+        self._check_names(op, source, src, src_dir, "rename")
+        self._check_names(op, destination, dst, dst_dir, "rename")
 
         def inner(sd: int, sn: bytes) -> None:
             if src_dir or dst_dir:
@@ -475,7 +487,13 @@ class Root:
         kept."""
         if max_bytes is not None and len(data) > max_bytes:
             raise TooLarge(op, path, f"{len(data)} bytes exceed the write limit of {max_bytes}")
-        parts = self._split(op, path)
+        parts, must_be_dir = self._split_mutation(op, path)
+        if must_be_dir or parts[-1] in (b".", b".."):
+            # "name/" asks for a directory: writing a file there is never possible.
+            with self._errors(op, path):
+                with contextlib.suppress(NotFound, FileNotFoundError):
+                    self._at(op, path, [*parts, b"."], _stat_follow)
+                raise IsADirectory(op, path)
 
         def write(d: int, n: bytes) -> None:
             try:
@@ -492,7 +510,14 @@ class Root:
         with self._errors(op, path):
             self._at(op, path, parts, write)
 
-    def _check_names(self, op: str, path: str, parts: list[bytes], what: str) -> None:
+    def _check_names(
+        self, op: str, path: str, parts: list[bytes], must_be_dir: bool, what: str
+    ) -> None:
+        """Refuse the root, ``.`` and ``..`` as the object of ``what``; before that, resolve a
+        path that names a directory (``..``, a trailing slash) so that an escape says so."""
+        if must_be_dir or parts[-1] in (b".", b".."):
+            with self._errors(op, path), contextlib.suppress(NotFound, FileNotFoundError):
+                self._at(op, path, [*parts, b"."] if parts[-1] != b"." else parts, _lstat)
         if parts == [b"."]:
             raise InvalidArgument(op, path, f"cannot {what} the workspace root")
         if parts[-1] in (b".", b".."):
@@ -573,6 +598,7 @@ def _mkdir_or_dir(dirfd: int, name: bytes) -> None:
 
 
 def list_fd(fd: int) -> list[tuple[str, int]]:
+    """The entries of the directory open at ``fd``, sorted by name, kinds not followed."""
     entries = []
     with os.scandir(fd) as it:
         for entry in it:
@@ -585,6 +611,7 @@ def list_fd(fd: int) -> list[tuple[str, int]]:
             else:
                 kind = st.S_IFIFO  # any other kind: FIFO, socket, device
             entries.append((entry.name, kind))
+    entries.sort()
     return entries
 
 

@@ -30,6 +30,8 @@ from ._errors import TooManyLinks as TooManyLinks
 from ._errors import Unauthenticated as Unauthenticated
 from ._errors import Unavailable as Unavailable
 from ._errors import error_from_code as error_from_code
+from ._guarded import AuditSink as AuditSink
+from ._guarded import GuardedBackend as GuardedBackend
 from ._memory import Dir as Dir
 from ._memory import Fifo as Fifo
 from ._memory import File as File
@@ -38,6 +40,16 @@ from ._memory import MemoryPowerShell as MemoryPowerShell
 from ._memory import OpRecord as OpRecord
 from ._memory import SeedValue as SeedValue
 from ._memory import Symlink as Symlink
+from ._policy import AuditPolicy as AuditPolicy
+from ._policy import EnvPolicy as EnvPolicy
+from ._policy import ExecPolicy as ExecPolicy
+from ._policy import Policy as Policy
+from ._policy import PolicyEnforcer as PolicyEnforcer
+from ._policy import PolicyError as PolicyError
+from ._policy import SandboxPolicy as SandboxPolicy
+from ._policy import build_command_env as build_command_env
+from ._policy import glob_matches as glob_matches
+from ._policy import load_policy as load_policy
 from ._protocols import Backend as Backend
 from ._protocols import BashOperations as BashOperations
 from ._protocols import EditOperations as EditOperations
@@ -64,6 +76,8 @@ __all__ = [
     "AbortSignal",
     "Aborted",
     "AlreadyExists",
+    "AuditPolicy",
+    "AuditSink",
     "Backend",
     "BashOperations",
     "CommandContext",
@@ -72,7 +86,9 @@ __all__ = [
     "DirEntry",
     "DirectoryNotEmpty",
     "EditOperations",
+    "EnvPolicy",
     "EscapesRoot",
+    "ExecPolicy",
     "ExecResult",
     "Fifo",
     "File",
@@ -81,6 +97,7 @@ __all__ = [
     "FileSystemOperations",
     "FindOperations",
     "GrepOperations",
+    "GuardedBackend",
     "InMemoryOperations",
     "InvalidArgument",
     "IsADirectory",
@@ -95,9 +112,13 @@ __all__ = [
     "OpsError",
     "OutputLimit",
     "PermissionDenied",
+    "Policy",
     "PolicyDenied",
+    "PolicyEnforcer",
+    "PolicyError",
     "PowerShellOperations",
     "ReadOperations",
+    "SandboxPolicy",
     "SearchMatch",
     "SeedValue",
     "Symlink",
@@ -108,5 +129,8 @@ __all__ = [
     "Unavailable",
     "WriteOperations",
     "abort_scope",
+    "build_command_env",
     "error_from_code",
+    "glob_matches",
+    "load_policy",
 ]

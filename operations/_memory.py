@@ -31,6 +31,7 @@ from ._abort import AbortSignal
 from ._errors import (
     AlreadyExists,
     DirectoryNotEmpty,
+    EscapesRoot,
     InvalidArgument,
     IsADirectory,
     NotADirectory,
@@ -38,6 +39,7 @@ from ._errors import (
     NotRegularFile,
     OpsError,
     TooLarge,
+    TooManyLinks,
     Unavailable,
 )
 from ._mime import SNIFF_BYTES, sniff_image_mime_type
@@ -279,6 +281,40 @@ class InMemoryOperations:
             raise NotADirectory(op, path)
         return node
 
+    def _final_entry(self, op: str, path: str) -> Node | None:
+        """What ``path`` names itself (trailing slashes ignored, final link not followed)."""
+        bare = path.rstrip("/")
+        if not bare or bare.rsplit("/", 1)[-1] in (".", ".."):
+            return None
+        try:
+            return self.vfs.resolve(op, bare, follow=False).node
+        except OpsError:
+            return None
+
+    def _final_link(self, op: str, path: str) -> LinkNode | None:
+        """The symlink that ``path`` names itself (trailing slashes ignored), if it is one."""
+        node = self._final_entry(op, path)
+        return node if isinstance(node, LinkNode) else None
+
+    def _mutation_path(self, op: str, path: str) -> str:
+        """The path remove and rename act on, checked before resolving anything.
+
+        A trailing ``/`` or ``/.`` means "a directory", kept as one trailing ``/``; a final ``.``
+        or ``..`` is refused (InvalidArgument), and so is a symlink named with a trailing slash
+        (NotADirectory: the link is named without it), as in the broker core.
+        """
+        bare = path
+        while bare.endswith(("/", "/.")) and bare.rstrip("/.") != "":
+            bare = bare[:-1] if bare.endswith("/") else bare[:-2]
+        wants_dir = bare != path
+        if bare.rsplit("/", 1)[-1] in (".", "..") or not self.vfs.relative(op, bare).strip("/"):
+            raise InvalidArgument(
+                op, path, "cannot act on the root or a path ending in '.' or '..'"
+            )
+        if wants_dir and self._final_link(op, bare) is not None:
+            raise NotADirectory(op, path, "a symlink with a trailing slash; name the link itself")
+        return bare + "/" if wants_dir else bare
+
     # -- ReadOperations -----------------------------------------------------------------------
 
     async def read_file(self, path: str) -> bytes:
@@ -317,7 +353,7 @@ class InMemoryOperations:
             if resolved.name is None or isinstance(node, DirNode):
                 raise IsADirectory(op, path)
             if node is None and resolved.dir_required:
-                raise IsADirectory(op, path)
+                raise NotFound(op, path, "no such directory (a trailing slash names a directory)")
             if isinstance(node, SpecialNode):
                 raise NotRegularFile(op, path)
             self.vfs.require_writable_dir(op, path, resolved.parent)
@@ -331,7 +367,17 @@ class InMemoryOperations:
     async def mkdir(self, path: str) -> None:
         op = "mkdir"
         with self._op(op, path):
-            resolved = self.vfs.resolve(op, path, follow=True, create_dirs=True)
+            # A path ending in ".." names an existing directory; nothing is created for it.
+            create = path.rstrip("/").rsplit("/", 1)[-1] != ".."
+            try:
+                resolved = self.vfs.resolve(op, path, follow=True, create_dirs=create)
+            except (EscapesRoot, TooManyLinks, NotADirectory):
+                # An existing final name that is not a directory (a file, or a link that leads
+                # nowhere allowed) is simply "already exists", as mkdir(2) says of any existing
+                # name; other failures are reported as such.
+                if self._final_entry(op, path) is not None:
+                    raise AlreadyExists(op, path) from None
+                raise
             node = resolved.node
             if isinstance(node, DirNode):
                 return
@@ -346,9 +392,7 @@ class InMemoryOperations:
         with self._op("exists", path):
             try:
                 return self.vfs.resolve("exists", path, follow=True).node is not None
-            except InvalidArgument:
-                raise
-            except OpsError:
+            except (NotFound, NotADirectory, TooManyLinks):
                 return False
 
     async def stat(self, path: str) -> FileStat:
@@ -494,7 +538,7 @@ class InMemoryOperations:
     async def remove(self, path: str, *, recursive: bool = False) -> None:
         op = "remove"
         with self._op(op, path):
-            resolved, node = self._existing(op, path, follow=False)
+            resolved, node = self._existing(op, self._mutation_path(op, path), follow=False)
             if resolved.name is None:
                 raise InvalidArgument(op, path, "cannot remove '.', '..' or the workspace root")
             if resolved.via_final_link:
@@ -509,8 +553,13 @@ class InMemoryOperations:
     async def rename(self, source: str, destination: str) -> None:
         op = "rename"
         with self._op(op, source, destination):
-            src, node = self._existing(op, source, follow=False)
-            dst = self.vfs.resolve(op, destination, follow=False)
+            source_path = self._mutation_path(op, source)
+            destination_path = self._mutation_path(op, destination)
+            src, node = self._existing(op, source_path, follow=False)
+            wants_dir = source_path.endswith("/") or destination_path.endswith("/")
+            if wants_dir and not isinstance(node, DirNode):
+                raise NotADirectory(op, source, "a trailing slash names a directory")
+            dst = self.vfs.resolve(op, destination_path, follow=False)
             if src.name is None or dst.name is None:
                 bad = source if src.name is None else destination
                 raise InvalidArgument(op, bad, "cannot rename '.', '..' or the workspace root")

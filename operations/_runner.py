@@ -13,8 +13,9 @@ A harness registers what each command does::
 
 Matching: the most recently registered matcher that accepts the command wins; a string must equal
 the command, a compiled pattern must ``fullmatch`` it (``ctx.match`` holds the match), a callable
-is a predicate. An unmatched command behaves as a missing program does in bash: the output is
-``bash: line 1: <word>: command not found`` and the exit code 127.
+is a predicate. An unmatched command behaves as a missing program does in ``bash -c``: the output
+is ``bash: <word>: command not found`` (``bash: line 1: <word>: ...`` when the command is a list
+or pipeline, as bash 5 prints it) and the exit code 127.
 
 Kills behave as on the broker: a handler still running when the timeout expires, the signal
 aborts, the output limit is passed or the backend closes is cancelled (its ``finally`` clauses
@@ -74,8 +75,14 @@ def _first_word(command: str) -> str:
     return words[0] if words else ""
 
 
+_SHELL_OPERATORS = (";", "&", "|", "\n", "(", ")", "`", "$(")
+
+
 def _bash_not_found(command: str) -> tuple[bytes, int]:
-    return f"bash: line 1: {_first_word(command)}: command not found\n".encode(), 127
+    # ``bash -c`` execs a lone simple command directly and names no line; with a list or a
+    # pipeline it reports "line 1:". Both are reproduced, byte for byte.
+    where = "line 1: " if any(op in command for op in _SHELL_OPERATORS) else ""
+    return f"bash: {where}{_first_word(command)}: command not found\n".encode(), 127
 
 
 def _powershell_not_found(command: str) -> tuple[bytes, int]:

@@ -4,13 +4,15 @@ The tree is a whole namespace (``/`` down), so a harness can put a decoy beside 
 (``/outside``) and prove nothing reaches it. Only paths under :attr:`VirtualTree.root` are
 reachable through :meth:`VirtualTree.resolve`, with the rules of DESIGN.md section 4:
 
-- the path must be absolute and start with the root (``/workspace/...``); anything else, or a
-  ``..`` that climbs above the root (even if it comes back), is :class:`~operations.EscapesRoot`;
+- an absolute path must start with the root (``/workspace/...``), a relative one is taken from
+  the root; any other absolute path, or a ``..`` that climbs above the root (even if it comes
+  back), is :class:`~operations.EscapesRoot`;
 - symlinks are followed physically (a link's target is spliced in before a later ``..`` applies);
   an absolute target is an escape, even one that points inside the root;
 - at most :data:`MAX_SYMLINKS` links per resolution, then :class:`~operations.TooManyLinks`;
-- a trailing ``/`` (or ``/.``) requires a directory: after a file it is NotADirectory, and a final
-  symlink before it is followed (confined) even by operations that otherwise do not follow it;
+- a trailing ``/`` requires a directory: after a file it is NotADirectory, and a final symlink
+  before it is followed (confined) even by operations that otherwise do not follow it; a
+  trailing ``/.`` also requires the directory to exist;
 - permission bits are honoured as for a non-root owner: ``x`` to pass through a directory, ``r``
   to list it or read a file, ``w`` to change a directory's entries or write a file.
 
@@ -35,6 +37,8 @@ from ._types import FileKind, FileStat
 
 __all__ = [
     "MAX_SYMLINKS",
+    "NAME_MAX",
+    "PATH_MAX",
     "DirNode",
     "FileNode",
     "LinkNode",
@@ -48,6 +52,12 @@ __all__ = [
 
 MAX_SYMLINKS = 40
 """Links followed in one resolution before TooManyLinks: Linux's limit, which openat2 applies."""
+
+PATH_MAX = 4096
+"""Longest path, in UTF-8 bytes (Linux's PATH_MAX): longer is InvalidArgument."""
+
+NAME_MAX = 255
+"""Longest file name, in UTF-8 bytes (Linux's NAME_MAX): longer is InvalidArgument."""
 
 DIRECTORY_SIZE = 4096
 """What ``stat`` reports as a directory's size, as ext4 does for a small directory."""
@@ -189,11 +199,21 @@ class VirtualTree:
     # -- confined resolution -----------------------------------------------------------------
 
     def relative(self, op: str, path: str) -> str:
-        """The part of ``path`` below the root, verbatim (dots kept); raise if it is not below."""
+        """The part of ``path`` below the root, verbatim (dots kept); raise if it is not below.
+
+        Paths are absolute and must start with the root, component by component, as on the
+        broker core; anything else (relative, empty, NUL, not UTF-8, too long) is refused.
+        """
         if not isinstance(path, str) or path == "":
             raise InvalidArgument(op, path if isinstance(path, str) else None, "empty path")
         if "\0" in path:
             raise InvalidArgument(op, path, "path contains a NUL byte")
+        try:
+            size = len(path.encode("utf-8"))
+        except UnicodeEncodeError:
+            raise InvalidArgument(op, path, "path is not valid UTF-8") from None
+        if size > PATH_MAX:
+            raise InvalidArgument(op, path, f"path longer than {PATH_MAX} bytes")
         if not path.startswith("/"):
             raise InvalidArgument(op, path, f"expected an absolute path under {self.root}")
         parts = path.split("/")
@@ -240,7 +260,11 @@ class VirtualTree:
                 stack.pop()
                 current = stack[-1][1] if stack else self.root_dir
                 continue
-            final = all(t in (".", _DIR_MARK) for t in todo)
+            if len(token.encode("utf-8", "surrogateescape")) > NAME_MAX:
+                raise InvalidArgument(op, path, f"file name longer than {NAME_MAX} bytes")
+            # Only a trailing slash keeps a name final; "name/." walks through name, so name
+            # must exist (as in Linux: open("missing/.", O_CREAT) is ENOENT, not EISDIR).
+            final = all(t == _DIR_MARK for t in todo)
             need_dir = final and bool(todo)
             if not current.mode & 0o100:
                 raise PermissionDenied(op, path, "a directory on the path is not searchable")

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 
+import anyio.pytest_plugin
 import pytest
+
+# anyio's plugin asks for the available backends once per collected test; without trio installed
+# each ask re-imports (and pytest re-rewrites) anyio's trio backend module, ~0.1 s per async test.
+anyio.pytest_plugin.get_available_backends = functools.cache(  # type: ignore[attr-defined]
+    anyio.pytest_plugin.get_available_backends  # type: ignore[attr-defined]
+)
 
 
 @pytest.fixture

@@ -437,10 +437,15 @@ class GrpcBackend:
                     loop.call_soon_threadsafe(run.abort)
 
                 remove = signal.add_listener(on_abort)
-            return await run.result()
-        except asyncio.CancelledError:
-            await run.kill_after_cancel()
-            raise
+            # The stream is read in its own task: a cancellation of ours must not reach grpc's
+            # read (that would cut the RPC at once) but first ask the broker to kill the tree.
+            reader = asyncio.get_running_loop().create_task(run.result())
+            try:
+                await asyncio.wait((reader,))
+            except asyncio.CancelledError:
+                await run.stop_after_cancel(reader)
+                raise
+            return reader.result()
         except grpc.aio.AioRpcError as exc:
             if run.aborted and exc.code() is grpc.StatusCode.CANCELLED:
                 return ExecResult(None, KillReason.ABORTED)
@@ -515,20 +520,17 @@ class _ExecCall:
         except Exception:  # the call already ended: nothing left to abort
             return
 
-    async def kill_after_cancel(self) -> None:
-        """On task cancellation: abort, and wait (bounded) for the broker to report the kill."""
-        if self._call.done():
-            return
-        self.aborted = True
+    async def stop_after_cancel(self, reader: asyncio.Task[ExecResult]) -> None:
+        """On task cancellation: abort, and wait (at most ``grace``) for the broker to report
+        that the tree is gone."""
+        self.abort()
         try:
-            async with asyncio.timeout(self._grace):
-                await self._send_abort()
-                while True:
-                    event = await self._call.read()
-                    if event is grpc.aio.EOF or event.WhichOneof("event") == "exit":
-                        return
-        except (Exception, asyncio.CancelledError):
-            return
+            await asyncio.wait((reader,), timeout=self._grace + 1)
+        finally:
+            if not reader.done():
+                reader.cancel()
+            elif not reader.cancelled():
+                reader.exception()  # retrieved: the caller sees the cancellation instead
 
     def close(self) -> None:
         if not self._call.done():

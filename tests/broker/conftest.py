@@ -1,5 +1,10 @@
 """Process-manager fixtures: every test runs with a per-command cgroup (where this host has a
-writable cgroup v2 tree) and with the fallback forced (process group, subreaper, /proc sweep)."""
+writable cgroup v2 tree) and with the fallback forced (process group, subreaper, /proc sweep).
+
+Modes: ``cgroup`` (signal scoping where available: the child enters cgroup and Landlock scope
+between fork and exec), ``cgroup-unscoped`` (no Python in the child: vfork and the sh cgroup
+trampoline), ``fallback`` (no cgroups, no signal scope: vfork, /proc sweep).
+"""
 
 from __future__ import annotations
 
@@ -23,7 +28,17 @@ def _cgroups_available() -> bool:
 
 
 CGROUPS = _cgroups_available()
-MODES = ["cgroup", "fallback"] if CGROUPS else ["fallback"]
+MODES = ["cgroup", "cgroup-unscoped", "fallback"] if CGROUPS else ["fallback"]
+
+
+def make_manager(mode: str, **options: object) -> ProcessManager:
+    """A manager for ``mode`` (see the module docstring); ``options`` go to the constructor."""
+    options.setdefault("kill_grace", TEST_KILL_GRACE_S)
+    return ProcessManager(
+        use_cgroups=mode.startswith("cgroup"),
+        scope_signals=None if mode == "cgroup" else False,
+        **options,  # type: ignore[arg-type]
+    )
 
 
 @pytest.fixture(params=MODES)
@@ -33,7 +48,7 @@ def mode(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 async def manager(mode: str) -> AsyncIterator[ProcessManager]:
-    pm = ProcessManager(use_cgroups=mode == "cgroup", kill_grace=TEST_KILL_GRACE_S)
+    pm = make_manager(mode)
     try:
         yield pm
     finally:

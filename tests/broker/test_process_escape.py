@@ -17,7 +17,7 @@ from broker._shell import bash_argv
 from operations import ExecResult, KillReason
 
 from ._procscan import marked_env, new_marker, survivors, survivors_by_cmdline
-from .conftest import CGROUPS, TEST_KILL_GRACE_S
+from .conftest import CGROUPS, MODES, TEST_KILL_GRACE_S, make_manager
 
 # Marked here, not only by tests/conftest.py: anyio's plugin drops the parameters of async tests
 # that are marked after collection.
@@ -128,11 +128,15 @@ async def test_no_survivors(manager: ProcessManager, case: Case, round_: int) ->
     assert elapsed < case.max_seconds + SLACK_S
 
 
+CGROUP_MODES = [m for m in MODES if m.startswith("cgroup")]
+
+
 @pytest.mark.skipif(not CGROUPS, reason="needs a writable cgroup v2 tree")
 @pytest.mark.parametrize("round_", range(ROUNDS))
 @pytest.mark.parametrize("case", CGROUP_ONLY, ids=lambda c: c.name)
-async def test_no_survivors_cgroup_only(case: Case, round_: int) -> None:
-    pm = ProcessManager(use_cgroups=True, kill_grace=TEST_KILL_GRACE_S)
+@pytest.mark.parametrize("cgroup_mode", CGROUP_MODES)
+async def test_no_survivors_cgroup_only(case: Case, round_: int, cgroup_mode: str) -> None:
+    pm = make_manager(cgroup_mode)
     marker = new_marker()
     # env -i drops the test marker too: the sleep is also found by a unique argument.
     seconds = f"{1000 + random.randrange(10**6) / 10**6:.6f}"
@@ -170,12 +174,12 @@ async def test_cat_output_and_background_holding_stdout(manager: ProcessManager)
 async def test_fork_bomb_under_pids_max(mode: str) -> None:
     """A real fork bomb, bounded by ``pids.max`` (cgroup mode) or by depth (fallback)."""
     marker = new_marker()
-    if mode == "cgroup":
-        pm = ProcessManager(use_cgroups=True, kill_grace=TEST_KILL_GRACE_S, pids_max=64)
+    if mode.startswith("cgroup"):
+        pm = make_manager(mode, pids_max=64)
         assert "pids" in pm.capabilities().limits
         command = "b() { b | b & }; b; sleep 1000"
     else:
-        pm = ProcessManager(use_cgroups=False, kill_grace=TEST_KILL_GRACE_S)
+        pm = make_manager(mode)
         command = "b() { [ $1 -gt 0 ] && { b $(($1-1)) | b $(($1-1)) & }; sleep 1000; }; b 5"
     output: list[bytes] = []
     try:
@@ -187,7 +191,7 @@ async def test_fork_bomb_under_pids_max(mode: str) -> None:
     finally:
         await pm.aclose()
     assert result == ExecResult(None, KillReason.TIMEOUT)
-    if mode == "cgroup":
+    if mode.startswith("cgroup"):
         assert b"fork" in b"".join(output)  # bash met pids.max: "fork: retry: Resource ..."
     assert survivors(marker) == []
     assert elapsed < 1.0 + TEST_KILL_GRACE_S + SLACK_S + 1.0

@@ -50,7 +50,9 @@ async def test_write_file_creates_and_replaces(ws: Workspace) -> None:
     assert ws.read_raw("new.txt") == b"one"
     await ws.ops.write_file(ws.path("new.txt"), "twö")
     assert ws.read_raw("new.txt") == "twö".encode()
-    assert ws.mode_raw("new.txt") & 0o777 == 0o644 or ws.mode_raw("new.txt") & 0o600 == 0o600
+    assert ws.mode_raw("new.txt") & 0o600 == 0o600, (
+        "a new file is readable and writable by its owner"
+    )
 
 
 async def test_write_file_keeps_mode_of_replaced_file(ws: Workspace) -> None:

@@ -1,5 +1,9 @@
 """The gRPC backend: the broker core behind an in-process gRPC server on 127.0.0.1, port 0,
-reached by ``agent_side.connect("grpc://...", token=...)``."""
+reached by ``agent_side.connect("grpc://...", token=...)``.
+
+With ``OPSBROKER_CONFORMANCE_SERVE=1`` a second variant, ``grpc-serve``, runs every test against
+its own ``opsbroker serve`` process (slow: one broker start per test, so it is opt-in).
+"""
 
 from __future__ import annotations
 
@@ -40,4 +44,19 @@ async def open_grpc(tmp_path: Path) -> AsyncIterator[DiskWorkspace]:
         yield DiskWorkspace(ops, root, outside)
 
 
+@contextlib.asynccontextmanager
+async def open_serve_process(tmp_path: Path) -> AsyncIterator[DiskWorkspace]:
+    from tests.grpc._serve_process import serve_process
+
+    root, outside = DiskWorkspace.create_dirs(tmp_path)
+    token = write_token_file(tmp_path / "tokens")
+    async with (
+        serve_process(Path(root), tmp_path / "tokens", "--quiet") as served,
+        connect(f"grpc://{served.address}", token=token) as ops,
+    ):
+        yield DiskWorkspace(ops, root, outside)
+
+
 VARIANTS = {"grpc": open_grpc}
+if os.environ.get("OPSBROKER_CONFORMANCE_SERVE"):
+    VARIANTS["grpc-serve"] = open_serve_process

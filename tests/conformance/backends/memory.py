@@ -1,5 +1,6 @@
-"""The memory backend in the conformance suite: the root is ``/workspace`` in the virtual tree
-and the decoy is ``/outside`` beside it, unreachable through the backend."""
+"""The memory backend in the conformance suite: the root is ``/ROOT`` in the virtual tree (the
+name Go's test table assumes, so ``../ROOT/target`` comes back inside) and the decoy is
+``/OUTSIDE`` beside it, unreachable through the backend."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from operations._vfs import DirNode, FileNode, LinkNode, Node, SpecialNode
 from tests.conformance._commands import register_standard_commands
 from tests.conformance._workspace import Workspace, join
 
-ROOT = "/workspace"
-OUTSIDE = "/outside"
+ROOT = "/ROOT"
+OUTSIDE = "/OUTSIDE"
 
 
 @dataclass

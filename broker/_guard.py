@@ -1,0 +1,174 @@
+"""Policy, audit and sandbox for a running broker, and the per-connection guard around the core.
+
+A front-end does not enforce anything itself. At start the broker builds one
+:class:`Enforcement` from its policy; each connection then gets
+``enforcement.wrap(core, principal=..., transport="grpc", peer=...)``, a
+:class:`~operations.GuardedBackend` that checks the policy and writes the audit line for every
+call, so gRPC, SSH and in-process callers meet exactly the same rules.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import posixpath
+import stat
+from collections.abc import Callable
+from pathlib import Path
+
+from operations import Backend, GuardedBackend, Policy
+
+from ._audit import AuditError, AuditLog
+from ._landlock import Sandbox, sandbox_status
+
+__all__ = ["Enforcement", "resolver_beneath"]
+
+
+def resolver_beneath(root: str) -> Callable[[str], str]:
+    """``os.path.realpath`` for paths under ``root``, faster: it starts from the root's real
+    path and calls ``lstat`` only on the components below it, falling back to ``realpath`` at the first
+    symlink. The result names what a symlink points at, for matching deny globs; the core still
+    does the confined open."""
+    real_root = os.path.realpath(root)
+    spellings = {posixpath.normpath(root), real_root}
+
+    def resolve(path: str) -> str:
+        if ".." in path.split("/"):
+            return os.path.realpath(path)  # ".." after a symlink climbs from its target
+        full = posixpath.normpath(path)
+        if real_root == "/" or full in spellings:
+            return os.path.realpath(full)
+        for spelling in spellings:
+            if full.startswith(spelling + "/"):
+                parts = full[len(spelling) + 1 :].split("/")
+                break
+        else:
+            return os.path.realpath(full)
+        current = real_root
+        for index, part in enumerate(parts):
+            candidate = f"{current}/{part}"
+            try:
+                info = os.lstat(candidate)
+            except OSError:
+                return "/".join([candidate, *parts[index + 1 :]])  # missing: nothing to follow
+            if stat.S_ISLNK(info.st_mode):
+                return os.path.realpath("/".join([candidate, *parts[index + 1 :]]))
+            current = candidate
+        return current
+
+    return resolve
+
+
+class Enforcement:
+    """What one broker enforces: its :class:`~operations.Policy`, its audit log (if any) and
+    the Landlock sandbox for commands (if the policy asks for one and the kernel has it).
+
+    Build it with :meth:`start`; close it when the broker stops.
+    """
+
+    def __init__(
+        self,
+        policy: Policy,
+        audit: AuditLog | None,
+        sandbox: Sandbox | None,
+        status: dict[str, object],
+    ) -> None:
+        self.policy = policy
+        self.audit = audit
+        self.sandbox = sandbox
+        self.sandbox_status = status
+
+    @classmethod
+    def start(
+        cls, policy: Policy, root: str, *, audit_log: str | os.PathLike[str] | None = None
+    ) -> Enforcement:
+        """Check the policy can be honoured here, open the audit log, prepare the sandbox.
+
+        Raises:
+            SandboxUnavailable: ``sandbox.mode = "landlock"`` on a kernel without Landlock; the
+                broker must not start (fail closed).
+            AuditError: the audit log cannot be opened or continued.
+        """
+        status = sandbox_status(policy)
+        audit = None
+        if audit_log is not None:
+            audit = AuditLog(
+                Path(audit_log),
+                fsync=policy.audit.fsync,
+                rotate_bytes=policy.audit.rotate_bytes,
+            )
+        try:
+            sandbox = Sandbox.for_policy(policy, root)
+        except BaseException:
+            if audit is not None:
+                audit.close()
+            raise
+        return cls(policy, audit, sandbox, status)
+
+    def capabilities(self) -> dict[str, object]:
+        """For the broker's capabilities: sandbox mode, whether it is active, the Landlock ABI,
+        signal scoping, and whether operations are audited."""
+        return {
+            "sandbox": dict(self.sandbox_status),
+            "audit": self.audit is not None,
+            "audit_fail_closed": self.policy.audit.fail_closed,
+            "read_only": self.policy.read_only,
+            "exec": self.policy.exec.enabled,
+        }
+
+    def wrap(
+        self, core: Backend, *, principal: str, transport: str, peer: str | None = None
+    ) -> GuardedBackend:
+        """The backend one connection uses: ``core`` behind this policy and audit log.
+
+        Symlinks are resolved on disk (``os.path.realpath``) so a link named ``notes`` pointing
+        at ``.env`` is refused like ``.env``; closing the guard leaves ``core`` open.
+        """
+        return GuardedBackend(
+            core,
+            self.policy,
+            audit=self.audit,
+            principal=principal,
+            transport=transport,
+            peer=peer,
+            resolve=resolver_beneath(core.root),
+            close_inner=False,
+        )
+
+    def record_refusal(
+        self,
+        op: str,
+        reason: str,
+        *,
+        principal: str | None,
+        transport: str,
+        peer: str | None = None,
+        code: str = "unauthenticated",
+    ) -> None:
+        """Audit a refusal made before any backend call (e.g. a front-end rejecting
+        credentials), so the log holds every refusal. Never pass the credential itself.
+
+        A write failure is ignored here: the caller is refusing anyway.
+        """
+        if self.audit is None:
+            return
+        event = {
+            "op": op,
+            "principal": principal,
+            "transport": transport,
+            "peer": peer,
+            "path": None,
+            "resolved": None,
+            "decision": "deny",
+            "reason": reason,
+            "code": code,
+        }
+        with contextlib.suppress(AuditError):
+            self.audit.record(event)
+
+    def close(self) -> None:
+        """Close the audit log and release the sandbox. Idempotent."""
+        if self.audit is not None:
+            self.audit.close()
+        if self.sandbox is not None:
+            self.sandbox.close()
