@@ -18,11 +18,6 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-# gRPC's fork handlers, run while its threads are busy, can kill a command's child between fork
-# and exec ("Command terminated without an exit code", about 1 run in 4 under load). The broker
-# never uses gRPC in a forked child, so it needs no fork support; gRPC reads this at import.
-os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
-
 import grpc
 import grpc.aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
