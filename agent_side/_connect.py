@@ -94,3 +94,12 @@ def _register_builtins() -> None:
 
 
 _register_builtins()
+
+
+def _load_ssh() -> Factory:
+    from ._remote.ssh import open_ssh_url
+
+    return open_ssh_url
+
+
+register_scheme("ssh", _load_ssh)

@@ -21,7 +21,7 @@ def add_parser(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "serve",
         help="serve a workspace to remote agents",
-        description="Serve the workspace at --root over gRPC until SIGINT or SIGTERM.",
+        description="Serve the workspace at --root over gRPC and/or SSH until SIGINT or SIGTERM.",
     )
     parser.add_argument("--root", type=Path, help="the workspace root directory")
     parser.add_argument(
@@ -30,6 +30,18 @@ def add_parser(subparsers: Any) -> None:
         metavar="ADDR",
         help="listen address: HOST:PORT or unix:/path.sock (repeatable; default 127.0.0.1:7443)",
     )
+    parser.add_argument(
+        "--ssh",
+        action="append",
+        metavar="ADDR",
+        help="also (or only, without --grpc) serve SSH on HOST:PORT (repeatable)",
+    )
+    parser.add_argument(
+        "--ssh-authorized-keys", type=Path, metavar="FILE", help="the keys SSH clients may use"
+    )
+    parser.add_argument(
+        "--ssh-host-key", type=Path, metavar="FILE", help="the SSH host key (created if missing)"
+    )
     parser.add_argument("--config", type=Path, help="a TOML file with BrokerConfig fields")
     parser.add_argument("--token-file", type=Path, help="bearer tokens, 'TOKEN PRINCIPAL' lines")
     parser.add_argument("--quiet", action="store_true", help="do not log one line per call")
@@ -37,7 +49,16 @@ def add_parser(subparsers: Any) -> None:
 
 
 def _config(args: argparse.Namespace) -> BrokerConfig:
-    overrides = {"root": args.root, "grpc": args.grpc, "token_file": args.token_file}
+    overrides = {
+        "root": args.root,
+        "grpc": args.grpc,
+        "token_file": args.token_file,
+        "ssh": args.ssh,
+        "ssh_authorized_keys": args.ssh_authorized_keys,
+        "ssh_host_key": args.ssh_host_key,
+    }
+    if args.ssh and not args.grpc:
+        overrides["grpc"] = []  # --ssh alone serves SSH only
     if args.config is not None:
         return BrokerConfig.from_toml(args.config, **overrides)
     if args.root is None:
@@ -55,6 +76,8 @@ async def _serve(config: BrokerConfig) -> None:
     try:
         for address in server.addresses:
             print(f"opsbroker: serving {config.root} on grpc {address}", flush=True)
+        for address in server.ssh_addresses:
+            print(f"opsbroker: serving {config.root} on ssh {address}", flush=True)
         print(f"opsbroker: principals: {server.principal_model}", flush=True)
         if server.token_file is not None:
             print(f"opsbroker: token file: {server.token_file}", flush=True)

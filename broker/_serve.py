@@ -71,6 +71,10 @@ class BrokerConfig(BaseModel):
     max_concurrent_streams: int = 256
     max_concurrent_calls: int = 4096
     shutdown_grace: float = 5.0
+    ssh: list[str] = Field(default_factory=list)
+    ssh_authorized_keys: Path | None = None
+    ssh_host_key: Path | None = None
+    ssh_command_timeout: float | None = None
 
     @classmethod
     def from_toml(cls, path: Path, **overrides: Any) -> BrokerConfig:
@@ -78,7 +82,15 @@ class BrokerConfig(BaseModel):
         ``overrides`` (e.g. from the command line; ``None`` values are ignored)."""
         data = tomllib.loads(path.read_text())
         base = path.parent
-        for key in ("root", "token_file", "tls_cert", "tls_key", "tls_client_ca"):
+        for key in (
+            "root",
+            "token_file",
+            "tls_cert",
+            "tls_key",
+            "tls_client_ca",
+            "ssh_authorized_keys",
+            "ssh_host_key",
+        ):
             if isinstance(data.get(key), str):
                 data[key] = str(base / data[key])
         data.update({k: v for k, v in overrides.items() if v is not None})
@@ -119,6 +131,8 @@ class BrokerServer:
         self.addresses: list[str] = []
         self.tokens: TokenTable | None = None
         self.token_file: Path | None = None
+        self._ssh: list[Any] = []
+        self.ssh_addresses: list[str] = []
 
     @property
     def principal_model(self) -> str:
@@ -132,6 +146,8 @@ class BrokerServer:
                 parts.append(f"TCP: {tls}bearer token, principal from the tokens file")
         if any(_is_unix(a) for a in self.config.grpc):
             parts.append("Unix socket: principal 'local' (socket mode 0600)")
+        if self.config.ssh:
+            parts.append("SSH: public key, principal = the key's comment or fingerprint")
         return "; ".join(parts)
 
     async def start(self) -> None:
@@ -146,6 +162,9 @@ class BrokerServer:
             core = importlib.import_module("broker._core")
             self._backend = core.Broker(str(config.root))
         assert self._backend is not None
+        await self._start_ssh(self._backend)
+        if not config.grpc:
+            return
         needs_auth = any(not _is_unix(a) for a in config.grpc)
         mtls = config.tls_client_ca is not None
         if needs_auth and (config.token_file is not None or not mtls):
@@ -228,7 +247,12 @@ class BrokerServer:
         """Stop: refuse new calls, kill running commands, let other calls drain for ``grace``
         seconds (default ``config.shutdown_grace``), then cancel what is left. Idempotent."""
         server, self._server = self._server, None
+        ssh, self._ssh = self._ssh, []
+        for frontend in ssh:
+            await frontend.aclose(self.config.shutdown_grace if grace is None else grace)
         if server is None:
+            if ssh and self._owns_backend and self._backend is not None:
+                await self._backend.aclose()
             return
         if self._health is not None:
             await self._health.enter_graceful_shutdown()
@@ -237,6 +261,34 @@ class BrokerServer:
         await server.stop(self.config.shutdown_grace if grace is None else grace)
         if self._owns_backend and self._backend is not None:
             await self._backend.aclose()
+
+    async def _start_ssh(self, backend: Backend) -> None:
+        """Serve ``backend`` over SSH on every ``config.ssh`` address (``HOST:PORT``)."""
+        config = self.config
+        if not config.ssh:
+            return
+        # Imported only when asked for, like the core: asyncssh is not needed for gRPC alone.
+        ssh = importlib.import_module("broker._frontends.ssh")
+        if config.ssh_authorized_keys is None:
+            raise InvalidArgument(
+                "serve", None, "--ssh needs an authorized_keys file (--ssh-authorized-keys FILE)"
+            )
+        options = ssh.SSHServerOptions(
+            authorized_keys=config.ssh_authorized_keys,
+            host_key=config.ssh_host_key or default_token_file().parent / "ssh_host_ed25519_key",
+            command_timeout=config.ssh_command_timeout,
+        )
+        for address in config.ssh:
+            host, _, port = address.rpartition(":")
+            if not host or not port.isdigit():
+                raise InvalidArgument("serve", address, "an SSH address is HOST:PORT")
+            Path(options.host_key).parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            try:
+                frontend = await ssh.start_ssh_server(backend, options, host.strip("[]"), int(port))
+            except OSError as exc:
+                raise InvalidArgument("serve", address, f"cannot listen: {exc}") from None
+            self._ssh.append(frontend)
+            self.ssh_addresses.append(f"{host}:{frontend.port}")
 
     async def wait_closed(self) -> None:
         """Return when the server has stopped."""

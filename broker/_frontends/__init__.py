@@ -1,1 +1,4 @@
-"""Front-ends: translations between a wire protocol and an ``operations.Backend`` (the core)."""
+"""Front-ends: translations between a wire protocol and an ``operations.Backend`` (the core).
+
+``grpc`` and ``ssh`` are the servers; ``_sshframe`` is the SSH subsystem's framing, sans I/O.
+"""

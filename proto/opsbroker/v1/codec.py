@@ -6,9 +6,20 @@ so a value means the same thing whichever way it travelled. Nothing here does I/
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, TypeVar
 
-from operations import ERROR_TYPES, FileKind, FileStat, KillReason, OpsError, PolicyDenied
+from operations import (
+    ERROR_TYPES,
+    DirEntry,
+    ExecResult,
+    FileKind,
+    FileStat,
+    KillReason,
+    OpsError,
+    PolicyDenied,
+    SearchMatch,
+)
 from operations import error_from_code as _error_from_code
 
 from . import broker_pb2 as pb
@@ -17,13 +28,21 @@ __all__ = [
     "CHUNK_BYTES",
     "ERROR_METADATA_KEY",
     "LIST_BATCH_BYTES",
+    "batches",
+    "capabilities_to_wire",
     "chunks",
+    "entry_from_wire",
+    "entry_to_wire",
     "error_from_wire",
     "error_to_wire",
+    "exit_from_wire",
+    "exit_to_wire",
     "kill_reason_from_wire",
     "kill_reason_to_wire",
     "kind_from_wire",
     "kind_to_wire",
+    "match_from_wire",
+    "match_to_wire",
     "stat_from_wire",
     "stat_to_wire",
 ]
@@ -31,6 +50,8 @@ __all__ = [
 CHUNK_BYTES = 64 * 1024  # file and output payload per message: far below any message cap
 LIST_BATCH_BYTES = 256 * 1024  # names per readdir/glob batch, by size: lists never hit a cap
 ERROR_METADATA_KEY = "opsbroker-error-bin"  # gRPC trailing metadata holding an ErrorDetail
+
+T = TypeVar("T")
 
 _KIND_TO_WIRE: dict[FileKind, pb.FileKind] = {
     FileKind.FILE: pb.FILE_KIND_FILE,
@@ -108,3 +129,63 @@ def chunks(data: bytes, size: int = CHUNK_BYTES) -> Iterator[bytes]:
     view = memoryview(data)
     for start in range(0, len(data), size):
         yield bytes(view[start : start + size])
+
+
+def entry_to_wire(entry: DirEntry) -> pb.DirEntry:
+    return pb.DirEntry(name=entry.name, kind=_KIND_TO_WIRE[entry.kind])
+
+
+def entry_from_wire(entry: pb.DirEntry) -> DirEntry:
+    return DirEntry(name=entry.name, kind=kind_from_wire(entry.kind))
+
+
+def match_to_wire(match: SearchMatch) -> pb.SearchMatch:
+    return pb.SearchMatch(path=match.path, line_number=match.line_number, line_text=match.line_text)
+
+
+def match_from_wire(match: pb.SearchMatch) -> SearchMatch:
+    text = match.line_text if match.HasField("line_text") else None
+    return SearchMatch(path=match.path, line_number=match.line_number, line_text=text)
+
+
+def exit_to_wire(result: ExecResult) -> pb.ExecExit:
+    return pb.ExecExit(
+        exit_code=result.exit_code, kill_reason=kill_reason_to_wire(result.kill_reason)
+    )
+
+
+def exit_from_wire(end: pb.ExecExit) -> ExecResult:
+    code = end.exit_code if end.HasField("exit_code") else None
+    return ExecResult(exit_code=code, kill_reason=kill_reason_from_wire(end.kill_reason))
+
+
+def batches(items: Iterable[T], name: Callable[[T], str] = str) -> Iterator[list[T]]:
+    """``items`` in lists of about :data:`LIST_BATCH_BYTES`, so no message nears a size cap."""
+    batch: list[T] = []
+    size = 0
+    for item in items:
+        batch.append(item)
+        size += len(name(item)) + 8
+        if size >= LIST_BATCH_BYTES:
+            yield batch
+            batch, size = [], 0
+    if batch:
+        yield batch
+
+
+def capabilities_to_wire(version: str, root: str, info: Mapping[str, Any]) -> pb.CapabilitiesReply:
+    """The Capabilities reply from what a backend reports about itself (``capabilities()``:
+    ``resolver``, ``cgroup_kill``, ``sandbox``, ``powershell``, ``limits``)."""
+    limits = pb.Limits(chunk_bytes=CHUNK_BYTES)
+    for key, value in dict(info.get("limits") or {}).items():
+        if value is not None and key in pb.Limits.DESCRIPTOR.fields_by_name:
+            setattr(limits, key, value)
+    return pb.CapabilitiesReply(
+        version=version,
+        root=root,
+        resolver=str(info.get("resolver", "")),
+        cgroup_kill=bool(info.get("cgroup_kill", False)),
+        sandbox=bool(info.get("sandbox", False)),
+        powershell=bool(info.get("powershell", False)),
+        limits=limits,
+    )

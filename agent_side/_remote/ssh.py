@@ -1,0 +1,626 @@
+"""The SSH backend: every Operations member over a broker's ``opsbroker`` subsystem.
+
+One SSH connection carries every call. Each call runs on its own channel of the subsystem, so
+calls run concurrently and a call's cancellation is local to its channel; a channel whose call
+is over goes back to a small pool and carries the next call (one round trip per call instead of
+three). The messages are the gRPC service's, framed by ``broker._frontends._sshframe``.
+
+**Cancellation:** cancelling the awaiting task (or closing a ``search`` iterator early) sends a
+``CANCEL`` frame and waits, at most :data:`CANCEL_WAIT_S`, for the broker to end the call (for
+``exec``: after the tree is killed); then the cancellation propagates. An ``AbortSignal`` aborts
+an ``exec`` through the protocol's ``abort`` message: the command is killed and ``exec`` returns
+its result with ``kill_reason=ABORTED``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import os
+import urllib.parse
+from collections.abc import AsyncIterator, Mapping, Sequence
+from types import TracebackType
+from typing import Any, Final, Self, TypeVar
+
+import asyncssh
+from google.protobuf.message import Message as ProtoMessage
+from opsbroker.v1 import broker_pb2 as pb
+from opsbroker.v1.codec import (
+    CHUNK_BYTES,
+    entry_from_wire,
+    error_from_wire,
+    exit_from_wire,
+    match_from_wire,
+    stat_from_wire,
+)
+
+from broker._frontends._sshframe import (
+    DEFAULT_MAX_FRAME_SIZE,
+    NEED_DATA,
+    Cancel,
+    End,
+    EndOfInput,
+    Event,
+    FrameConnection,
+    Message,
+    ProtocolError,
+    Request,
+    Role,
+    State,
+)
+from operations import (
+    AbortSignal,
+    DirEntry,
+    ExecResult,
+    FileStat,
+    InvalidArgument,
+    OnData,
+    OpsError,
+    PowerShellOperations,
+    SearchMatch,
+    Unauthenticated,
+    Unavailable,
+)
+
+__all__ = ["CANCEL_WAIT_S", "MAX_IDLE_CHANNELS", "SSHBackend", "open_ssh_url"]
+
+M = TypeVar("M", bound=ProtoMessage)
+
+SUBSYSTEM: Final = "opsbroker"
+
+CANCEL_WAIT_S: Final = 10.0
+"""How long a cancelled call waits for the broker to confirm (kill grace 5 s, plus margin)."""
+
+PREFERRED_CIPHERS: Final = (
+    "aes128-gcm@openssh.com",
+    "aes256-gcm@openssh.com",
+    "chacha20-poly1305@openssh.com",
+    "aes128-ctr",
+    "aes256-ctr",
+)
+"""Cipher preference: AES-GCM is one hardware-accelerated call per packet (asyncssh's default,
+ChaCha20-Poly1305, costs about 40% more per call here). Override with ``encryption_algs=``."""
+
+MAX_IDLE_CHANNELS: Final = 16
+
+CHANNEL_WINDOW: Final = 8 * 1024 * 1024
+"""Bytes the broker may send on a channel before we acknowledge: room for a fast stream."""
+
+CHANNEL_MAX_PACKET: Final = 256 * 1024
+"""Largest SSH packet we accept: fewer packets per MiB (the broker accepts as much)."""
+"""Channels kept open for reuse; more concurrent calls open more, and close them afterwards."""
+
+
+class _ChannelSession(asyncssh.SSHClientSession[bytes]):
+    """One subsystem channel: feeds the frames it receives into a queue of events."""
+
+    def __init__(self, max_frame_size: int) -> None:
+        self.frames = FrameConnection(Role.CLIENT, max_frame_size=max_frame_size)
+        self.events: asyncio.Queue[Event | BaseException] = asyncio.Queue()
+        self.writable = asyncio.Event()
+        self.writable.set()
+        self.chan: asyncssh.SSHClientChannel[bytes] | None = None
+        self.broken = False
+        self.prefix = b""  # frames to send before the next request (a deferred END_OF_INPUT)
+
+    def connection_made(self, chan: asyncssh.SSHClientChannel[bytes]) -> None:
+        self.chan = chan
+
+    def data_received(self, data: bytes, datatype: asyncssh.DataType) -> None:
+        self.frames.receive_data(data)
+        while True:
+            try:
+                event = self.frames.next_event()
+            except ProtocolError as exc:
+                self._break(exc)
+                return
+            if event is NEED_DATA:
+                return
+            assert isinstance(event, Event)
+            self.events.put_nowait(event)
+
+    def eof_received(self) -> bool:
+        self._break(ConnectionResetError("the broker closed the channel"))
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._break(exc or ConnectionResetError("the channel was closed"))
+        self.writable.set()
+
+    def pause_writing(self) -> None:
+        self.writable.clear()
+
+    def resume_writing(self) -> None:
+        self.writable.set()
+
+    def _break(self, exc: BaseException) -> None:
+        if not self.broken:
+            self.broken = True
+            self.events.put_nowait(exc)
+
+    def write(self, data: bytes) -> None:
+        assert self.chan is not None
+        self.chan.write(data)
+
+    def close(self) -> None:
+        self.broken = True
+        if self.chan is not None:
+            self.chan.close()
+
+
+class _Call:
+    """One call on one channel: send request messages, receive response messages, see its end."""
+
+    def __init__(self, session: _ChannelSession, op: str, path: str | None) -> None:
+        self.session = session
+        self.op = op
+        self.path = path
+        self.ended = False
+
+    def _lost(self, exc: BaseException) -> OpsError:
+        return Unavailable(self.op, self.path, f"SSH channel to the broker lost: {exc}")
+
+    async def send(self, message: ProtoMessage) -> None:
+        session = self.session
+        if session.broken:
+            raise Unavailable(self.op, self.path, "SSH channel to the broker lost")
+        session.write(session.frames.send(Message(message.SerializeToString())))
+        await session.writable.wait()
+
+    def send_nowait(self, message: ProtoMessage) -> None:
+        """Send a message if the call can still take one (used by abort listeners)."""
+        session = self.session
+        if not self.ended and not session.broken and session.frames.our_state is State.SEND:
+            session.write(session.frames.send(Message(message.SerializeToString())))
+
+    def end_input(self) -> None:
+        session = self.session
+        if not session.broken and session.frames.our_state is State.SEND:
+            session.write(session.frames.send(EndOfInput()))
+
+    async def receive(self) -> bytes | None:
+        """The next response message; ``None`` once the call ended well.
+
+        Raises:
+            OpsError: the call ended with an error (the broker's, rebuilt), or the channel died.
+        """
+        if self.ended:
+            return None
+        event = await self.session.events.get()
+        if isinstance(event, BaseException):
+            self.ended = True
+            raise self._lost(event)
+        if isinstance(event, Message):
+            return event.message
+        assert isinstance(event, End)
+        self.ended = True
+        if event.ok:
+            return None
+        detail = pb.ErrorDetail()
+        detail.ParseFromString(event.error)
+        raise error_from_wire(detail)
+
+    async def receive_one(self, cls: type[M]) -> M:
+        data = await self.receive()
+        if data is None:
+            raise Unavailable(self.op, self.path, "the broker sent no reply")
+        message = cls()
+        message.ParseFromString(data)
+        while await self.receive() is not None:
+            pass
+        return message
+
+    async def cancel(self, reason: str) -> None:
+        """Ask the broker to stop the call and wait (bounded) until it says it has."""
+        session = self.session
+        if self.ended or session.broken:
+            return
+        session.write(session.frames.send(Cancel(reason)))
+        async with asyncio.timeout(CANCEL_WAIT_S):
+            while not self.ended:
+                with contextlib.suppress(OpsError):
+                    await self.receive()
+
+
+class SSHBackend:
+    """A broker reached over SSH; implements every Operations interface.
+
+    Create it with :func:`agent_side.connect` (``ssh://user@host:port``) or directly, then use it
+    as an async context manager (or call :meth:`connect` first): the connection is opened, and
+    ``root`` learned from the broker, on entry.
+
+    Args:
+        host, port, username: where the broker listens and as whom to log in.
+        client_keys: private keys (paths or key objects) to authenticate with.
+        known_hosts: the known_hosts file (or asyncssh's other forms) that must vouch for the
+            broker's host key; ``None`` disables host key checking (tests only).
+        max_frame_size: the largest frame accepted from the broker.
+        options: more ``asyncssh.connect`` options.
+    """
+
+    def __init__(
+        self,
+        host: str,
+        port: int = 22,
+        *,
+        username: str | None = None,
+        client_keys: Any = (),
+        known_hosts: Any = (),
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        **options: Any,
+    ) -> None:
+        self._host = host
+        self._port = port
+        self._username = username
+        self._client_keys = client_keys
+        self._known_hosts = known_hosts
+        self._max_frame_size = max_frame_size
+        self._options = options
+        self._conn: asyncssh.SSHClientConnection | None = None
+        self._connecting: asyncio.Lock | None = None
+        self._root: str | None = None
+        self._idle: list[_ChannelSession] = []
+        self._closed = False
+        self.powershell: PowerShellOperations = _PowerShell(self)
+
+    # -- connection --
+
+    @property
+    def root(self) -> str:
+        if self._root is None:
+            raise Unavailable(
+                "root", None, "not connected yet: use 'async with' or await connect() first"
+            )
+        return self._root
+
+    async def connect(self) -> None:
+        """Open the SSH connection and learn the workspace root. Idempotent."""
+        if self._connecting is None:
+            self._connecting = asyncio.Lock()
+        async with self._connecting:
+            if self._conn is not None:
+                return
+            if self._closed:
+                raise Unavailable("connect", None, "the backend is closed")
+            where = f"ssh://{self._host}:{self._port}"
+            try:
+                self._conn = await asyncssh.connect(
+                    self._host,
+                    self._port,
+                    username=self._username,
+                    client_keys=self._client_keys,
+                    known_hosts=self._known_hosts,
+                    agent_path=None,
+                    password=None,
+                    kbdint_auth=False,
+                    encoding=None,
+                    **{"encryption_algs": PREFERRED_CIPHERS, **self._options},
+                )
+            except asyncssh.HostKeyNotVerifiable as exc:
+                raise Unauthenticated("connect", where, f"host key not trusted: {exc}") from None
+            except asyncssh.PermissionDenied as exc:
+                raise Unauthenticated("connect", where, f"key refused: {exc}") from None
+            except (OSError, asyncssh.Error) as exc:
+                raise Unavailable("connect", where, f"cannot reach the broker: {exc}") from None
+            caps = await self._unary("Capabilities", pb.CapabilitiesRequest(), pb.CapabilitiesReply)
+            self._root = caps.root
+
+    async def aclose(self) -> None:
+        """Close the connection; the broker cancels whatever is still running. Idempotent."""
+        self._closed = True
+        conn, self._conn = self._conn, None
+        self._idle.clear()
+        if conn is not None:
+            conn.close()
+            await conn.wait_closed()
+
+    async def __aenter__(self) -> Self:
+        await self.connect()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    # -- calls --
+
+    async def _channel(self, op: str, path: str | None) -> _ChannelSession:
+        while self._idle:
+            session = self._idle.pop()
+            if not session.broken:
+                return session
+        if self._conn is None:
+            if self._closed:
+                raise Unavailable(op, path, "the SSH backend is closed")
+            await self.connect()
+        assert self._conn is not None
+        try:
+            _, created = await self._conn.create_session(
+                lambda: _ChannelSession(self._max_frame_size),
+                subsystem=SUBSYSTEM,
+                encoding=None,
+                window=CHANNEL_WINDOW,
+                max_pktsize=CHANNEL_MAX_PACKET,
+            )
+        except (OSError, asyncssh.Error) as exc:
+            raise Unavailable(op, path, f"cannot open an SSH channel: {exc}") from None
+        assert isinstance(created, _ChannelSession)
+        return created
+
+    def _release(self, session: _ChannelSession) -> None:
+        frames = session.frames
+        reusable = (
+            not session.broken
+            and not self._closed
+            and frames.their_state is State.DONE
+            and len(self._idle) < MAX_IDLE_CHANNELS
+        )
+        if reusable and frames.our_state is State.SEND:
+            # The call ended while we could still send (exec): finish our half with the next
+            # request on this channel, in the same packet, instead of one packet of its own.
+            session.prefix = frames.send(EndOfInput())
+        if reusable and frames.our_state is State.DONE and frames.their_state is State.DONE:
+            frames.start_next_call()
+            self._idle.append(session)
+        else:
+            session.close()
+
+    @contextlib.asynccontextmanager
+    async def _call(
+        self, method: str, request: ProtoMessage, path: str | None, *, streaming_input: bool = False
+    ) -> AsyncIterator[_Call]:
+        op = _OPS[method]
+        session = await self._channel(op, path)
+        call = _Call(session, op, path)
+        data = session.prefix + session.frames.send(Request(method, request.SerializeToString()))
+        session.prefix = b""
+        if not streaming_input:
+            data += session.frames.send(EndOfInput())
+        session.write(data)
+        try:
+            yield call
+        except BaseException as exc:
+            if not call.ended:
+                try:
+                    await call.cancel(f"client {type(exc).__name__}")
+                except BaseException:
+                    session.close()
+                    raise
+            raise
+        finally:
+            self._release(session)
+
+    async def _unary(
+        self, method: str, request: ProtoMessage, reply: type[M], path: str | None = None
+    ) -> M:
+        async with self._call(method, request, path) as call:
+            return await call.receive_one(reply)
+
+    async def _stream(
+        self, method: str, request: ProtoMessage, path: str | None
+    ) -> AsyncIterator[bytes]:
+        async with self._call(method, request, path) as call:
+            while (data := await call.receive()) is not None:
+                yield data
+
+    # -- ReadOperations, WriteOperations, EditOperations --
+
+    async def read_file(self, path: str) -> bytes:
+        parts = []
+        async with self._call("ReadFile", pb.PathRequest(path=path), path) as call:
+            while (data := await call.receive()) is not None:
+                chunk = pb.Chunk()
+                chunk.ParseFromString(data)
+                parts.append(chunk.data)
+        return b"".join(parts)
+
+    async def access(self, path: str, *, writable: bool = False) -> None:
+        await self._unary("Access", pb.AccessRequest(path=path, writable=writable), pb.Empty, path)
+
+    async def detect_image_mime_type(self, path: str) -> str | None:
+        reply = await self._unary(
+            "DetectImageMimeType", pb.PathRequest(path=path), pb.MimeTypeReply, path
+        )
+        return reply.mime_type or None
+
+    async def write_file(self, path: str, content: bytes | str) -> None:
+        data = content.encode("utf-8") if isinstance(content, str) else bytes(content)
+        first = pb.WriteFileRequest(path=path, data=data[:CHUNK_BYTES], size=len(data))
+        async with self._call("WriteFile", first, path, streaming_input=True) as call:
+            view = memoryview(data)
+            for start in range(CHUNK_BYTES, len(data), CHUNK_BYTES):
+                await call.send(pb.WriteFileRequest(data=bytes(view[start : start + CHUNK_BYTES])))
+            call.end_input()
+            await call.receive_one(pb.Empty)
+
+    async def mkdir(self, path: str) -> None:
+        await self._unary("Mkdir", pb.PathRequest(path=path), pb.Empty, path)
+
+    # -- LsOperations, FindOperations, GrepOperations, FileSystemOperations --
+
+    async def exists(self, path: str) -> bool:
+        return (await self._unary("Exists", pb.PathRequest(path=path), pb.BoolReply, path)).value
+
+    async def stat(self, path: str) -> FileStat:
+        return stat_from_wire(
+            await self._unary("Stat", pb.PathRequest(path=path), pb.FileStat, path)
+        )
+
+    async def lstat(self, path: str) -> FileStat:
+        reply = await self._unary("Lstat", pb.PathRequest(path=path), pb.FileStat, path)
+        return stat_from_wire(reply)
+
+    async def is_directory(self, path: str) -> bool:
+        request = pb.PathRequest(path=path)
+        return (await self._unary("IsDirectory", request, pb.BoolReply, path)).value
+
+    async def readdir(self, path: str) -> list[str]:
+        names: list[str] = []
+        async for data in self._stream("Readdir", pb.PathRequest(path=path), path):
+            batch = pb.Names()
+            batch.ParseFromString(data)
+            names.extend(batch.names)
+        return names
+
+    async def list_dir(self, path: str) -> list[DirEntry]:
+        entries: list[DirEntry] = []
+        async for data in self._stream("ListDir", pb.PathRequest(path=path), path):
+            batch = pb.DirEntries()
+            batch.ParseFromString(data)
+            entries.extend(entry_from_wire(e) for e in batch.entries)
+        return entries
+
+    async def glob(
+        self, pattern: str, cwd: str, *, ignore: Sequence[str] = (), limit: int = 1000
+    ) -> list[str]:
+        request = pb.GlobRequest(pattern=pattern, cwd=cwd, ignore=list(ignore), limit=limit)
+        paths: list[str] = []
+        async for data in self._stream("Glob", request, cwd):
+            batch = pb.Names()
+            batch.ParseFromString(data)
+            paths.extend(batch.names)
+        return paths
+
+    async def search(
+        self,
+        pattern: str,
+        path: str,
+        *,
+        glob: str | None = None,
+        ignore_case: bool = False,
+        literal: bool = False,
+        limit: int = 100,
+    ) -> AsyncIterator[SearchMatch]:
+        request = pb.SearchRequest(
+            pattern=pattern,
+            path=path,
+            glob=glob,
+            ignore_case=ignore_case,
+            literal=literal,
+            limit=limit,
+        )
+        async with self._call("Search", request, path) as call:
+            while (data := await call.receive()) is not None:
+                match = pb.SearchMatch()
+                match.ParseFromString(data)
+                yield match_from_wire(match)
+
+    async def remove(self, path: str, *, recursive: bool = False) -> None:
+        request = pb.RemoveRequest(path=path, recursive=recursive)
+        await self._unary("Remove", request, pb.Empty, path)
+
+    async def rename(self, source: str, destination: str) -> None:
+        request = pb.RenameRequest(source=source, destination=destination)
+        await self._unary("Rename", request, pb.Empty, source)
+
+    # -- BashOperations --
+
+    async def exec(
+        self,
+        command: str,
+        cwd: str,
+        *,
+        on_data: OnData,
+        signal: AbortSignal | None = None,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+        shell: pb.Shell = pb.SHELL_BASH,
+    ) -> ExecResult:
+        if timeout is not None and timeout < 0:
+            raise InvalidArgument("exec", None, f"`timeout` must be non-negative, got {timeout}")
+        start = pb.ExecRequest(command=command, cwd=cwd, shell=shell, timeout=timeout, env=env)
+        result: ExecResult | None = None
+        async with self._call("Exec", pb.ExecInput(start=start), cwd, streaming_input=True) as call:
+            remove = _on_abort(signal, call)
+            try:
+                while (data := await call.receive()) is not None:
+                    event = pb.ExecEvent()
+                    event.ParseFromString(data)
+                    if event.WhichOneof("event") == "output":
+                        pending = on_data(event.output)
+                        if inspect.isawaitable(pending):
+                            await pending
+                    elif event.WhichOneof("event") == "exit":
+                        result = exit_from_wire(event.exit)
+            finally:
+                remove()
+        if result is None:
+            raise Unavailable("exec", cwd, "the broker ended the command without an exit status")
+        return result
+
+
+def _on_abort(signal: AbortSignal | None, call: _Call) -> Any:
+    """Send the protocol's abort message when ``signal`` aborts; returns the un-listen function."""
+    if signal is None:
+        return lambda: None
+    loop = asyncio.get_running_loop()
+    abort = pb.ExecInput(abort=pb.Empty())
+
+    def listener() -> None:
+        loop.call_soon_threadsafe(call.send_nowait, abort)
+
+    return signal.add_listener(listener)
+
+
+class _PowerShell:
+    """``backend.powershell``: the same broker, commands through PowerShell."""
+
+    def __init__(self, backend: SSHBackend) -> None:
+        self._backend = backend
+
+    async def exec(
+        self,
+        command: str,
+        cwd: str,
+        *,
+        on_data: OnData,
+        signal: AbortSignal | None = None,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> ExecResult:
+        return await self._backend.exec(
+            command,
+            cwd,
+            on_data=on_data,
+            signal=signal,
+            timeout=timeout,
+            env=env,
+            shell=pb.SHELL_POWERSHELL,
+        )
+
+
+_OPS: Final[dict[str, str]] = {
+    "Capabilities": "connect",
+    "ReadFile": "read_file",
+    "Access": "access",
+    "DetectImageMimeType": "detect_image_mime_type",
+    "WriteFile": "write_file",
+    "Mkdir": "mkdir",
+    "Exists": "exists",
+    "Stat": "stat",
+    "Lstat": "lstat",
+    "IsDirectory": "is_directory",
+    "Readdir": "readdir",
+    "ListDir": "list_dir",
+    "Remove": "remove",
+    "Rename": "rename",
+    "Glob": "glob",
+    "Search": "search",
+    "Exec": "exec",
+}
+
+
+def open_ssh_url(parts: urllib.parse.SplitResult, options: dict[str, Any]) -> SSHBackend:
+    """``connect()``'s factory for ``ssh://user@host:port``."""
+    if not parts.hostname:
+        raise InvalidArgument("connect", parts.geturl(), "an ssh:// URL needs a host")
+    username = urllib.parse.unquote(parts.username) if parts.username else None
+    if username is None:
+        username = os.environ.get("USER") or "opsbroker"
+    options.setdefault("username", username)
+    return SSHBackend(parts.hostname, parts.port or 22, **options)

@@ -1,0 +1,293 @@
+"""SFTP over the backend's confined file operations, never over the local filesystem directly.
+
+asyncssh's own ``chroot`` maps paths lexically and follows symlinks that already point out of the
+root; this server instead hands every path to the :class:`operations.Backend`, whose resolver
+refuses ``..``, absolute paths and symlinks that lead outside. The SFTP namespace is the
+backend's: the initial directory is ``backend.root``, relative paths are taken from there.
+
+Supported: open/read/write/close (a file is read whole on open and written atomically on close),
+stat, lstat, fstat, listing a directory, mkdir, remove, rmdir, rename, posix-rename, realpath.
+Everything else (links, setstat, statvfs, locks, ...) is refused, and the base class's local
+filesystem fallback (``map_path``) refuses too, so a method added by a later asyncssh fails closed.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import stat as st
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Final, NoReturn
+
+import asyncssh
+from asyncssh import SFTPAttrs, SFTPName
+
+from operations import (
+    AlreadyExists,
+    Backend,
+    EscapesRoot,
+    FileKind,
+    FileStat,
+    IsADirectory,
+    NotADirectory,
+    NotFound,
+    OpsError,
+    PermissionDenied,
+    PolicyDenied,
+)
+
+__all__ = ["MAX_SFTP_FILE_BYTES", "BackendSFTPServer"]
+
+MAX_SFTP_FILE_BYTES: Final = 1024 * 1024 * 1024
+"""Largest file an SFTP client may write: the broker holds it in memory until its atomic write."""
+
+_TYPE_BITS: Final = {
+    FileKind.FILE: (st.S_IFREG, asyncssh.FILEXFER_TYPE_REGULAR),
+    FileKind.DIRECTORY: (st.S_IFDIR, asyncssh.FILEXFER_TYPE_DIRECTORY),
+    FileKind.SYMLINK: (st.S_IFLNK, asyncssh.FILEXFER_TYPE_SYMLINK),
+    FileKind.OTHER: (0, asyncssh.FILEXFER_TYPE_SPECIAL),
+}
+
+
+def _attrs(stat: FileStat) -> SFTPAttrs:
+    mode_bits, sftp_type = _TYPE_BITS[stat.kind]
+    return SFTPAttrs(
+        type=sftp_type,
+        size=stat.size,
+        permissions=mode_bits | (stat.mode & 0o7777),
+        atime=int(stat.mtime),
+        mtime=int(stat.mtime),
+    )
+
+
+def _sftp_error(exc: OpsError) -> asyncssh.SFTPError:
+    """The SFTP status for an Operations failure (the message is the error's own text)."""
+    reason = str(exc)
+    if isinstance(exc, NotFound):
+        return asyncssh.SFTPNoSuchFile(reason)
+    if isinstance(exc, (PermissionDenied, PolicyDenied, EscapesRoot)):
+        return asyncssh.SFTPPermissionDenied(reason)
+    if isinstance(exc, AlreadyExists):
+        return asyncssh.SFTPFileAlreadyExists(reason)
+    if isinstance(exc, IsADirectory):
+        return asyncssh.SFTPFileIsADirectory(reason)
+    if isinstance(exc, NotADirectory):
+        return asyncssh.SFTPNotADirectory(reason)
+    return asyncssh.SFTPFailure(reason)
+
+
+def _refuse(what: str) -> NoReturn:
+    raise asyncssh.SFTPOpUnsupported(f"{what} is not supported by the opsbroker SFTP server")
+
+
+@dataclass
+class _OpenFile:
+    """A file open through SFTP: its whole content, and whether it must be written back."""
+
+    path: str
+    data: bytearray
+    writable: bool
+    dirty: bool = False
+    stat: FileStat | None = field(default=None)
+
+
+class BackendSFTPServer(asyncssh.SFTPServer):
+    """An SFTP server whose every file operation goes through ``backend``."""
+
+    def __init__(self, chan: asyncssh.SSHServerChannel[bytes], backend: Backend) -> None:
+        super().__init__(chan)
+        self._backend = backend
+        self._root = backend.root
+
+    # -- paths --
+
+    def _path(self, path: bytes) -> str:
+        """A client path in the backend's namespace (relative paths start at the root)."""
+        text = path.decode("utf-8", "surrogateescape")
+        return text if text.startswith("/") else posixpath.join(self._root, text)
+
+    def map_path(self, path: bytes) -> bytes:
+        """Refused: nothing here may reach the local filesystem by a mapped path."""
+        raise asyncssh.SFTPPermissionDenied("local paths are not served")
+
+    async def realpath(self, path: bytes) -> bytes:
+        full = posixpath.normpath(self._path(path) if path else self._root)
+        if full != self._root and not full.startswith(self._root.rstrip("/") + "/"):
+            raise asyncssh.SFTPPermissionDenied(
+                f"realpath {path.decode(errors='replace')!r}: path escapes the workspace root"
+            )
+        return full.encode("utf-8", "surrogateescape")
+
+    # -- files --
+
+    async def open(self, path: bytes, pflags: int, attrs: SFTPAttrs) -> _OpenFile:
+        name = self._path(path)
+        writable = bool(pflags & asyncssh.FXF_WRITE)
+        try:
+            exists = await self._backend.exists(name)
+            if writable and pflags & asyncssh.FXF_CREAT and pflags & asyncssh.FXF_EXCL and exists:
+                raise AlreadyExists("open", name)
+            if writable and (pflags & asyncssh.FXF_TRUNC or not exists):
+                if not exists and not pflags & asyncssh.FXF_CREAT:
+                    raise NotFound("open", name)
+                await self._backend.access(posixpath.dirname(name) or "/", writable=True)
+                return _OpenFile(name, bytearray(), writable=True, dirty=True)
+            data = bytearray(await self._backend.read_file(name))
+            if writable:
+                await self._backend.access(name, writable=True)
+            return _OpenFile(name, data, writable=writable)
+        except OpsError as exc:
+            raise _sftp_error(exc) from None
+
+    async def read(self, file_obj: object, offset: int, size: int) -> bytes:
+        assert isinstance(file_obj, _OpenFile)
+        return bytes(file_obj.data[offset : offset + size])
+
+    async def write(self, file_obj: object, offset: int, data: bytes) -> int:
+        assert isinstance(file_obj, _OpenFile)
+        if not file_obj.writable:
+            raise asyncssh.SFTPPermissionDenied("file not open for writing")
+        end = offset + len(data)
+        if end > MAX_SFTP_FILE_BYTES:
+            raise asyncssh.SFTPFailure(f"file larger than {MAX_SFTP_FILE_BYTES} bytes")
+        buf = file_obj.data
+        if offset > len(buf):
+            buf.extend(bytes(offset - len(buf)))
+        buf[offset:end] = data
+        file_obj.dirty = True
+        return len(data)
+
+    async def close(self, file_obj: object) -> None:
+        assert isinstance(file_obj, _OpenFile)
+        if file_obj.writable and file_obj.dirty:
+            file_obj.dirty = False
+            try:
+                await self._backend.write_file(file_obj.path, bytes(file_obj.data))
+            except OpsError as exc:
+                raise _sftp_error(exc) from None
+
+    async def fstat(self, file_obj: object) -> SFTPAttrs:
+        assert isinstance(file_obj, _OpenFile)
+        return SFTPAttrs(
+            type=asyncssh.FILEXFER_TYPE_REGULAR,
+            size=len(file_obj.data),
+            permissions=st.S_IFREG | 0o644,
+        )
+
+    # -- metadata and directories --
+
+    async def stat(self, path: bytes) -> SFTPAttrs:
+        try:
+            return _attrs(await self._backend.stat(self._path(path)))
+        except OpsError as exc:
+            raise _sftp_error(exc) from None
+
+    async def lstat(self, path: bytes) -> SFTPAttrs:
+        try:
+            return _attrs(await self._backend.lstat(self._path(path)))
+        except OpsError as exc:
+            raise _sftp_error(exc) from None
+
+    async def scandir(self, path: bytes) -> AsyncIterator[SFTPName]:
+        name = self._path(path)
+        try:
+            entries = await self._backend.list_dir(name)
+            yield SFTPName(b".", attrs=_attrs(await self._backend.stat(name)))
+            for entry in entries:
+                child = posixpath.join(name, entry.name)
+                try:
+                    attrs = _attrs(await self._backend.lstat(child))
+                except NotFound:
+                    continue  # removed meanwhile
+                yield SFTPName(entry.name.encode("utf-8", "surrogateescape"), attrs=attrs)
+        except OpsError as exc:
+            raise _sftp_error(exc) from None
+
+    async def mkdir(self, path: bytes, attrs: SFTPAttrs) -> None:
+        name = self._path(path)
+        try:
+            if await self._lexists(name):
+                raise AlreadyExists("mkdir", name)
+            if not await self._backend.is_directory(posixpath.dirname(name) or "/"):
+                raise NotADirectory("mkdir", posixpath.dirname(name))
+            await self._backend.mkdir(name)
+        except OpsError as exc:
+            raise _sftp_error(exc) from None
+
+    async def remove(self, path: bytes) -> None:
+        name = self._path(path)
+        try:
+            if (await self._backend.lstat(name)).is_directory:
+                raise IsADirectory("remove", name, "is a directory (use rmdir)")
+            await self._backend.remove(name)
+        except OpsError as exc:
+            raise _sftp_error(exc) from None
+
+    async def rmdir(self, path: bytes) -> None:
+        name = self._path(path)
+        try:
+            if not (await self._backend.lstat(name)).is_directory:
+                raise NotADirectory("rmdir", name)
+            await self._backend.remove(name)
+        except OpsError as exc:
+            raise _sftp_error(exc) from None
+
+    async def rename(self, oldpath: bytes, newpath: bytes) -> None:
+        source, destination = self._path(oldpath), self._path(newpath)
+        try:
+            if await self._lexists(destination):
+                raise AlreadyExists("rename", destination)
+            await self._backend.rename(source, destination)
+        except OpsError as exc:
+            raise _sftp_error(exc) from None
+
+    async def posix_rename(self, oldpath: bytes, newpath: bytes) -> None:
+        try:
+            await self._backend.rename(self._path(oldpath), self._path(newpath))
+        except OpsError as exc:
+            raise _sftp_error(exc) from None
+
+    async def _lexists(self, name: str) -> bool:
+        try:
+            await self._backend.lstat(name)
+        except NotFound:
+            return False
+        return True
+
+    # -- refused --
+
+    def open56(self, *args: object) -> NoReturn:
+        _refuse("SFTPv5+ open")
+
+    def setstat(self, path: bytes, attrs: SFTPAttrs) -> NoReturn:
+        _refuse("setstat")
+
+    def lsetstat(self, path: bytes, attrs: SFTPAttrs) -> NoReturn:
+        _refuse("lsetstat")
+
+    def fsetstat(self, file_obj: object, attrs: SFTPAttrs) -> NoReturn:
+        _refuse("fsetstat")
+
+    def readlink(self, path: bytes) -> NoReturn:
+        _refuse("readlink")
+
+    def symlink(self, oldpath: bytes, newpath: bytes) -> NoReturn:
+        _refuse("symlink")
+
+    def link(self, oldpath: bytes, newpath: bytes) -> NoReturn:
+        _refuse("link")
+
+    def lock(self, file_obj: object, offset: int, length: int, flags: int) -> NoReturn:
+        _refuse("lock")
+
+    def unlock(self, file_obj: object, offset: int, length: int) -> NoReturn:
+        _refuse("unlock")
+
+    def statvfs(self, path: bytes) -> NoReturn:
+        _refuse("statvfs")
+
+    def fstatvfs(self, file_obj: object) -> NoReturn:
+        _refuse("fstatvfs")
+
+    def fsync(self, file_obj: object) -> NoReturn:
+        _refuse("fsync")

@@ -1,0 +1,21 @@
+"""The ``ssh`` backend: the broker core served by the SSH front-end on loopback, reached through
+the SSH client backend (keys and host key generated in the test's tmp directory)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from tests.conformance._workspace import DiskWorkspace
+from tests.ssh._harness import broker_over_ssh
+
+
+@contextlib.asynccontextmanager
+async def open_ssh(tmp_path: Path) -> AsyncIterator[DiskWorkspace]:
+    root, outside = DiskWorkspace.create_dirs(tmp_path)
+    async with broker_over_ssh(tmp_path, root) as (_, client):
+        yield DiskWorkspace(client, root, outside)
+
+
+VARIANTS = {"ssh": open_ssh}

@@ -1,0 +1,262 @@
+"""A stock OpenSSH client (``ssh``, ``sftp``) against the broker's SSH front-end on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import stat
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import asyncssh
+import pytest
+
+from broker import Broker
+from tests.conformance._workspace import DiskWorkspace, tree_digest
+from tests.ssh._harness import SSHSetup, make_keys, serve_over_ssh
+from tests.ssh._procs import marker, pids_with, wait_for
+
+SSH = shutil.which("ssh") or "/usr/bin/ssh"
+SFTP = shutil.which("sftp") or "/usr/bin/sftp"
+
+
+def _options(setup: SSHSetup, key: Path | None = None) -> list[str]:
+    return [
+        "-F",
+        "/dev/null",
+        "-i",
+        str(key or setup.client_key),
+        "-o",
+        "IdentitiesOnly=yes",
+        "-o",
+        f"UserKnownHostsFile={setup.known_hosts}",
+        "-o",
+        "StrictHostKeyChecking=yes",
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        "LogLevel=ERROR",
+    ]
+
+
+async def _run(*argv: str, timeout: float = 20) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        *argv,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def ssh(setup: SSHSetup, *command: str, key: Path | None = None) -> tuple[int, str, str]:
+    return await _run(
+        SSH, "-T", *_options(setup, key), "-p", str(setup.port), "agent@127.0.0.1", *command
+    )
+
+
+async def sftp(setup: SSHSetup, tmp_path: Path, script: str) -> tuple[int, str, str]:
+    batch = tmp_path / "batch"
+    batch.write_text(script)
+    return await _run(
+        SFTP, *_options(setup), "-P", str(setup.port), "-b", str(batch), "agent@127.0.0.1"
+    )
+
+
+def _read(root: str, rel: str) -> bytes:
+    return Path(root, rel).read_bytes()
+
+
+def _exists(root: str, rel: str) -> bool:
+    return os.path.lexists(os.path.join(root, rel))
+
+
+@pytest.fixture
+def dirs(tmp_path: Path) -> tuple[str, str]:
+    root, outside = DiskWorkspace.create_dirs(tmp_path)
+    os.symlink(outside, os.path.join(root, "out"))
+    os.symlink("/etc", os.path.join(root, "etc"))
+    return root, outside
+
+
+@pytest.fixture
+async def setup(tmp_path: Path, dirs: tuple[str, str]) -> AsyncIterator[SSHSetup]:
+    async with Broker(dirs[0]) as broker, serve_over_ssh(broker, tmp_path / "keys") as running:
+        yield running
+
+
+async def test_commands_and_exit_codes(setup: SSHSetup) -> None:
+    assert await ssh(setup, "echo hi") == (0, "hi\n", "")
+    code, _, _ = await ssh(setup, "exit 42")
+    assert code == 42
+    code, out, _ = await ssh(setup, "echo out; echo err >&2; false")
+    assert (code, out) == (1, "out\nerr\n")
+
+
+async def test_no_command_is_refused_with_a_message(setup: SSHSetup) -> None:
+    code, _, err = await ssh(setup)
+    assert code == 1
+    assert "interactive shells are not offered" in err
+
+
+async def test_unknown_key_is_refused(setup: SSHSetup, tmp_path: Path) -> None:
+    stranger, _ = make_keys(tmp_path / "stranger")
+    code, out, err = await ssh(setup, "echo hi", key=stranger)
+    assert code == 255 and out == ""
+    assert "Permission denied" in err
+
+
+async def test_strict_host_key_checking_rejects_another_host_key(
+    setup: SSHSetup, tmp_path: Path
+) -> None:
+    good = setup.known_hosts.read_text()
+    setup.known_hosts.write_text(
+        good.split(" ")[0]
+        + " ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFuB0Yvu8rB8fJ0yOVQpVtJFqkDfakH0stKeyTestOnly0\n"
+    )
+    code, out, _ = await ssh(setup, "echo hi")
+    assert code == 255 and out == ""
+
+
+async def test_sftp_put_get_list_rename_remove(
+    setup: SSHSetup, tmp_path: Path, dirs: tuple[str, str]
+) -> None:
+    root, _ = dirs
+    local = tmp_path / "local.bin"
+    data = os.urandom(200_000)
+    local.write_bytes(data)
+    fetched = tmp_path / "fetched.bin"
+    empty = tmp_path / "empty"
+    empty.write_bytes(b"")
+    code, out, err = await sftp(
+        setup,
+        tmp_path,
+        f"put {local} up.bin\n"
+        "mkdir sub\n"
+        "rename up.bin sub/moved.bin\n"
+        "ls sub\n"
+        f"get sub/moved.bin {fetched}\n"
+        f"put {empty} empty\n"
+        "rm empty\n",
+    )
+    assert code == 0, err
+    assert "moved.bin" in out
+    assert fetched.read_bytes() == data
+    assert _read(root, "sub/moved.bin") == data
+    assert not _exists(root, "empty")
+    code, _, err = await sftp(setup, tmp_path, "rm sub/moved.bin\nrmdir sub\n")
+    assert code == 0, err
+    assert not _exists(root, "sub")
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "get out/secret {local}",
+        "get etc/passwd {local}",
+        "get ../OUTSIDE/secret {local}",
+        "get {outside}/secret {local}",
+        "get /etc/passwd {local}",
+        "put {upload} out/planted",
+        "put {upload} ../OUTSIDE/planted",
+        "put {upload} {outside}/planted",
+        "rm out/secret",
+        "rm {outside}/secret",
+        "rename out/secret stolen",
+        "mkdir ../OUTSIDE/newdir",
+        "cd ..",
+        "ls {outside}",
+        "symlink /etc/passwd link",
+        "chmod 777 out",
+    ],
+)
+async def test_sftp_escapes_are_refused(
+    setup: SSHSetup, tmp_path: Path, dirs: tuple[str, str], command: str
+) -> None:
+    root, outside = dirs
+    upload = tmp_path / "upload"
+    upload.write_bytes(b"planted")
+    local = tmp_path / "got"
+    before = tree_digest(outside)
+    line = command.format(local=local, outside=outside, upload=upload)
+    code, out, err = await sftp(setup, tmp_path, line + "\n")
+    assert code != 0, (out, err)
+    assert not local.exists()
+    assert tree_digest(outside) == before
+    assert not _exists(root, "stolen") and not _exists(root, "link")
+
+
+async def test_killing_the_client_kills_the_command_tree(setup: SSHSetup) -> None:
+    mark = marker()
+    argv = [SSH, "-T", *_options(setup), "-p", str(setup.port), "agent@127.0.0.1"]
+    proc = await asyncio.create_subprocess_exec(
+        *argv,
+        f"setsid sleep {mark} & sleep {mark}",
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    try:
+        assert await wait_for(lambda: len(pids_with(mark)) == 2, 10)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        await proc.wait()
+    assert await wait_for(lambda: pids_with(mark) == [], 1.0), pids_with(mark)
+
+
+async def test_opsbroker_serve_ssh(tmp_path: Path, dirs: tuple[str, str]) -> None:
+    """``opsbroker serve --ssh`` alone serves SSH (no gRPC), with a generated private host key."""
+    root, _ = dirs
+    client_key, authorized = make_keys(tmp_path / "keys")
+    host_key = tmp_path / "state" / "host_key"
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([os.getcwd(), os.path.join(os.getcwd(), "proto")]),
+    }
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "broker._cli",
+        "serve",
+        "--root",
+        root,
+        "--ssh",
+        "127.0.0.1:0",
+        "--ssh-authorized-keys",
+        str(authorized),
+        "--ssh-host-key",
+        str(host_key),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+        env=env,
+    )
+    try:
+        assert proc.stdout is not None
+        async with asyncio.timeout(20):
+            lines = []
+            while not lines or "principals" not in lines[-1]:
+                lines.append((await proc.stdout.readline()).decode())
+                assert lines[-1], "the broker exited early"
+        assert not any("grpc" in line for line in lines)
+        port = int(lines[0].rsplit(":", 1)[1])
+        public = asyncssh.read_private_key(host_key).export_public_key().decode().strip()
+        known_hosts = tmp_path / "known_hosts"
+        known_hosts.write_text(f"[127.0.0.1]:{port} {public}\n")
+        setup = SSHSetup(None, client_key, authorized, host_key, known_hosts, port)  # type: ignore[arg-type]
+        assert await ssh(setup, "echo hi") == (0, "hi\n", "")
+        assert stat.S_IMODE(host_key.stat().st_mode) == 0o600
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(20):
+            await proc.wait()
