@@ -13,6 +13,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import asyncssh
+
 REPO = Path(__file__).resolve().parents[2]
 COMMAND_TIMEOUT_S = 60  # one CLI run; far above the few seconds it needs, so a hang fails fast
 SERVE_READY_S = 30  # a broker prints its address well within this on a loaded machine
@@ -53,11 +55,14 @@ def closed_port() -> int:
 
 @dataclass
 class Served:
-    """A running ``opsbroker serve``: its gRPC URL and the token file a client reads."""
+    """A running ``opsbroker serve``: its gRPC URL and token file, and its SSH URL and the options
+    a client needs for it (``--identity KEY --known-hosts FILE``)."""
 
     url: str
     token_file: Path
     root: Path
+    ssh_url: str
+    ssh_options: list[str]
 
     @property
     def token(self) -> str:
@@ -69,8 +74,14 @@ class Served:
 
 @contextmanager
 def serving(root: Path, state: Path) -> Iterator[Served]:
-    """``opsbroker serve --root ROOT --grpc 127.0.0.1:0`` in the background; stopped on exit."""
+    """``opsbroker serve --root ROOT --grpc 127.0.0.1:0 --ssh 127.0.0.1:0`` in the background,
+    with a fresh client key and host key; stopped on exit."""
     token_file = state / "tokens"
+    for name in ("client_key", "host_key"):
+        key = asyncssh.generate_private_key("ssh-ed25519", comment=f"cli-test-{name}")
+        key.write_private_key(str(state / name))
+        key.write_public_key(str(state / f"{name}.pub"))
+    (state / "authorized_keys").write_bytes((state / "client_key.pub").read_bytes())
     out = (state / "serve.out").open("w+")
     proc = subprocess.Popen(
         [
@@ -84,6 +95,12 @@ def serving(root: Path, state: Path) -> Iterator[Served]:
             "127.0.0.1:0",
             "--token-file",
             str(token_file),
+            "--ssh",
+            "127.0.0.1:0",
+            "--ssh-authorized-keys",
+            str(state / "authorized_keys"),
+            "--ssh-host-key",
+            str(state / "host_key"),
             "--quiet",
         ],
         stdout=out,
@@ -93,13 +110,30 @@ def serving(root: Path, state: Path) -> Iterator[Served]:
     )
     try:
         deadline = time.monotonic() + SERVE_READY_S
-        address = None
-        while address is None and time.monotonic() < deadline and proc.poll() is None:
+        grpc_found = ssh_found = None
+        while time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.1)
-            found = re.search(r"on grpc (\S+)", (state / "serve.out").read_text())
-            address = found.group(1) if found else None
-        assert address is not None, (state / "serve.out").read_text()
-        yield Served(url=f"grpc://{address}", token_file=token_file, root=root)
+            printed = (state / "serve.out").read_text()
+            grpc_found = re.search(r"on grpc (\S+)", printed)
+            ssh_found = re.search(r"on ssh (\S+):(\d+)", printed)
+            if grpc_found and ssh_found:
+                break
+        assert grpc_found and ssh_found, (state / "serve.out").read_text()
+        host, port = ssh_found.groups()
+        host_key = (state / "host_key.pub").read_text().strip()
+        (state / "known_hosts").write_text(f"[{host}]:{port} {host_key}\n")
+        yield Served(
+            url=f"grpc://{grpc_found.group(1)}",
+            token_file=token_file,
+            root=root,
+            ssh_url=f"ssh://agent@{host}:{port}",
+            ssh_options=[
+                "--identity",
+                str(state / "client_key"),
+                "--known-hosts",
+                str(state / "known_hosts"),
+            ],
+        )
     finally:
         proc.terminate()
         try:

@@ -11,6 +11,7 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import asyncssh
 import pytest
 
 from ._run import Served, assert_one_line_failure, closed_port, opsbroker, serving
@@ -150,6 +151,35 @@ def test_call_token_on_a_non_grpc_url() -> None:
     assert "apply to grpc URLs" in assert_one_line_failure(proc, EXIT_USAGE)
 
 
+def test_call_over_ssh(served: Served) -> None:
+    proc = opsbroker("call", served.ssh_url, "grep", '{"pattern": "return"}', *served.ssh_options)
+    assert (proc.returncode, proc.stdout) == (0, "src/app.py:2:     return 42\n"), proc.stderr
+
+
+def test_call_ssh_key_not_authorized(served: Served, tmp_path: Path) -> None:
+    stranger = asyncssh.generate_private_key("ssh-ed25519")
+    stranger.write_private_key(str(tmp_path / "stranger"))
+    options = list(served.ssh_options)
+    options[1] = str(tmp_path / "stranger")
+    proc = opsbroker("call", served.ssh_url, "ls", "{}", *options)
+    assert "refused" in assert_one_line_failure(proc, EXIT_BACKEND)
+
+
+def test_call_ssh_host_key_not_trusted(served: Served, tmp_path: Path) -> None:
+    other = asyncssh.generate_private_key("ssh-ed25519").export_public_key().decode()
+    host_port = served.ssh_url.rsplit("@", 1)[1]
+    host, port = host_port.rsplit(":", 1)
+    (tmp_path / "known_hosts").write_text(f"[{host}]:{port} {other}")
+    options = [
+        served.ssh_options[0],
+        served.ssh_options[1],
+        "--known-hosts",
+        str(tmp_path / "known_hosts"),
+    ]
+    proc = opsbroker("call", served.ssh_url, "ls", "{}", *options)
+    assert "host key not trusted" in assert_one_line_failure(proc, EXIT_BACKEND)
+
+
 def test_call_missing_ssh_key() -> None:
     proc = opsbroker("call", "ssh://me@127.0.0.1:1", "ls", "{}", "--identity", "/nonexistent/key")
     assert "does not exist" in assert_one_line_failure(proc, EXIT_USAGE)
@@ -259,6 +289,19 @@ def test_run_unreachable_broker(tmp_path: Path) -> None:
     path = _write_batch(tmp_path, BATCH)
     proc = opsbroker("run", url, str(path), "--token", "t", "--connect-timeout", "2")
     assert url in assert_one_line_failure(proc, EXIT_BACKEND)
+
+
+def test_run_over_ssh_json(served: Served, tmp_path: Path) -> None:
+    path = _write_batch(tmp_path, BATCH)
+    proc = opsbroker("run", served.ssh_url, str(path), "--json", *served.ssh_options)
+    assert proc.returncode == 0, proc.stderr
+    ends = [e for e in map(json.loads, proc.stdout.splitlines()) if e["type"] == "message_end"]
+    assert [(e["message"]["toolCallId"], e["message"]["isError"]) for e in ends] == [
+        ("c1", False),
+        ("c2", False),
+        ("c3", False),
+        ("c4", False),
+    ]
 
 
 def test_run_wrong_token(served: Served, tmp_path: Path) -> None:
