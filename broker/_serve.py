@@ -14,6 +14,7 @@ import importlib
 import importlib.metadata
 import os
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -25,10 +26,11 @@ from grpc_reflection.v1alpha import reflection
 from opsbroker.v1 import broker_pb2_grpc as pb_grpc
 from pydantic import BaseModel, ConfigDict, Field
 
-from operations import Backend, InvalidArgument
+from operations import Backend, InvalidArgument, load_policy
 
 from ._auth import TokenTable
 from ._frontends.grpc import SERVICE_NAME, Authenticator, AuthInterceptor, BrokerServicer
+from ._guard import Enforcement
 
 __all__ = ["BrokerConfig", "BrokerServer", "default_token_file", "serve"]
 
@@ -67,6 +69,8 @@ class BrokerConfig(BaseModel):
     tls_cert: Path | None = None
     tls_key: Path | None = None
     tls_client_ca: Path | None = None
+    policy: Path | None = None
+    audit_log: Path | None = None
     health_without_token: bool = False
     max_concurrent_streams: int = 256
     max_concurrent_calls: int = 4096
@@ -90,6 +94,8 @@ class BrokerConfig(BaseModel):
             "tls_client_ca",
             "ssh_authorized_keys",
             "ssh_host_key",
+            "policy",
+            "audit_log",
         ):
             if isinstance(data.get(key), str):
                 data[key] = str(base / data[key])
@@ -123,6 +129,7 @@ class BrokerServer:
 
     def __init__(self, config: BrokerConfig, backend: Backend | None = None) -> None:
         self.config = config
+        self.enforcement: Enforcement | None = None
         self._backend = backend
         self._owns_backend = backend is None
         self._server: grpc.aio.Server | None = None
@@ -162,6 +169,12 @@ class BrokerServer:
             core = importlib.import_module("broker._core")
             self._backend = core.Broker(str(config.root))
         assert self._backend is not None
+        if self._owns_backend or config.policy is not None or config.audit_log is not None:
+            # A broker we start ourselves always runs under a policy (the safe default one
+            # unless configured); a backend handed in by a test or embedder runs as given.
+            self.enforcement = Enforcement.start(
+                load_policy(config.policy), self._backend.root, audit_log=config.audit_log
+            )
         await self._start_ssh(self._backend)
         if not config.grpc:
             return
@@ -174,6 +187,7 @@ class BrokerServer:
             self.tokens,
             mtls=mtls,
             public_methods=_HEALTH_METHODS if config.health_without_token else (),
+            enforcement=self.enforcement,
         )
         server = grpc.aio.server(
             interceptors=[AuthInterceptor(authenticator)],
@@ -190,7 +204,9 @@ class BrokerServer:
             ],
             maximum_concurrent_rpcs=config.max_concurrent_calls,
         )
-        self._servicer = BrokerServicer(self._backend, version=_version())
+        self._servicer = BrokerServicer(
+            self._backend, version=_version(), enforcement=self.enforcement
+        )
         pb_grpc.add_BrokerServicer_to_server(self._servicer, server)  # type: ignore[no-untyped-call]
         self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
@@ -253,6 +269,8 @@ class BrokerServer:
         if server is None:
             if ssh and self._owns_backend and self._backend is not None:
                 await self._backend.aclose()
+            if ssh and self.enforcement is not None:
+                self.enforcement.close()
             return
         if self._health is not None:
             await self._health.enter_graceful_shutdown()
@@ -261,6 +279,8 @@ class BrokerServer:
         await server.stop(self.config.shutdown_grace if grace is None else grace)
         if self._owns_backend and self._backend is not None:
             await self._backend.aclose()
+        if self.enforcement is not None:
+            self.enforcement.close()
 
     async def _start_ssh(self, backend: Backend) -> None:
         """Serve ``backend`` over SSH on every ``config.ssh`` address (``HOST:PORT``)."""
@@ -284,11 +304,24 @@ class BrokerServer:
                 raise InvalidArgument("serve", address, "an SSH address is HOST:PORT")
             Path(options.host_key).parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             try:
-                frontend = await ssh.start_ssh_server(backend, options, host.strip("[]"), int(port))
+                frontend = await ssh.start_ssh_server(
+                    backend, options, host.strip("[]"), int(port), guard=self._ssh_guard()
+                )
             except OSError as exc:
                 raise InvalidArgument("serve", address, f"cannot listen: {exc}") from None
             self._ssh.append(frontend)
             self.ssh_addresses.append(f"{host}:{frontend.port}")
+
+    def _ssh_guard(self) -> Callable[[Backend, str, str | None], Backend] | None:
+        """Policy and audit around the core for each SSH connection, as for gRPC calls."""
+        enforcement = self.enforcement
+        if enforcement is None:
+            return None
+
+        def guard(core: Backend, principal: str, peer: str | None) -> Backend:
+            return enforcement.wrap(core, principal=principal, transport="ssh", peer=peer)
+
+        return guard
 
     async def wait_closed(self) -> None:
         """Return when the server has stopped."""

@@ -63,6 +63,7 @@ from operations import (
 )
 
 from .._auth import TokenTable
+from .._guard import Enforcement
 from ._chunked import read_chunks, write_chunks
 
 __all__ = [
@@ -73,6 +74,7 @@ __all__ = [
 ]
 
 SERVICE_NAME: str = pb.DESCRIPTOR.services_by_name["Broker"].full_name
+MAX_GUARDS = 1024  # cached (principal, peer) policy guards; cleared when full
 STREAM_IDLE_TIMEOUT = 60.0  # seconds a client stream may stall between messages before we give up
 
 _log = logging.getLogger("opsbroker.grpc")
@@ -172,13 +174,52 @@ class _Call:
                 )
 
 
+class _Undecodable:
+    """Stands for a client message that does not parse (so the call can answer INVALID_ARGUMENT
+    instead of grpc's UNKNOWN)."""
+
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def error(self, op: str) -> InvalidArgument:
+        return InvalidArgument(op, None, f"undecodable request message ({self.reason})")
+
+
+def _tolerant(deserialize: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
+    if deserialize is None:
+        return None
+
+    def parse(data: bytes) -> Any:
+        try:
+            return deserialize(data)
+        except Exception as exc:
+            return _Undecodable(type(exc).__name__)
+
+    return parse
+
+
 async def _read(context: grpc.aio.ServicerContext[Any, Any], op: str) -> Any:
     """The next client message, or ``grpc.aio.EOF``; a stream stalled too long is a Timeout."""
     try:
         async with asyncio.timeout(STREAM_IDLE_TIMEOUT):
-            return await context.read()
+            message = await context.read()
     except TimeoutError:
         raise Timeout(op, None, f"no message from the client for {STREAM_IDLE_TIMEOUT} s") from None
+    if isinstance(message, _Undecodable):
+        raise message.error(op)
+    return message
+
+
+async def _drain(context: grpc.aio.ServicerContext[Any, Any]) -> None:
+    """Read and drop what the client still sends before the call fails: a client whose write
+    meets an already-finished call sees grpc's "internal error", not the broker's status."""
+    try:
+        while await _read(context, "drain") is not grpc.aio.EOF:
+            pass
+    except Exception:  # the call is over either way; the caller reports the first error
+        return
 
 
 def _batches(items: Iterable[_T], name: Callable[[_T], str] = str) -> Iterable[list[_T]]:
@@ -220,15 +261,42 @@ class BrokerServicer(pb_grpc.BrokerServicer):
     """
 
     def __init__(
-        self, backend: Backend, *, version: str, info: Mapping[str, Any] | None = None
+        self,
+        backend: Backend,
+        *,
+        version: str,
+        info: Mapping[str, Any] | None = None,
+        enforcement: Enforcement | None = None,
     ) -> None:
         self._backend = backend
         self._version = version
         if info is None:
             describe = getattr(backend, "capabilities", None)
-            info = describe() if callable(describe) else {}
+            info = dict(describe() if callable(describe) else {})
+            if enforcement is not None:
+                sandbox = enforcement.capabilities().get("sandbox")
+                if isinstance(sandbox, Mapping):
+                    info["sandbox"] = bool(sandbox.get("active"))
         self._info: Mapping[str, Any] = info
+        self._enforcement = enforcement
+        self._guards: dict[tuple[str, str], Backend] = {}
         self._running: set[AbortController] = set()
+
+    def _ops(self, context: grpc.aio.ServicerContext[Any, Any]) -> Backend:
+        """The backend this call uses: the core behind the broker's policy and audit, as the
+        caller's principal (one guard per principal and peer, kept while they keep calling)."""
+        if self._enforcement is None:
+            return self._backend
+        key = (_principal.get(), context.peer() or "")
+        guard = self._guards.get(key)
+        if guard is None:
+            if len(self._guards) >= MAX_GUARDS:
+                self._guards.clear()
+            guard = self._enforcement.wrap(
+                self._backend, principal=key[0], transport="grpc", peer=key[1]
+            )
+            self._guards[key] = guard
+        return guard
 
     def kill_running(self) -> int:
         """Abort every running command (broker shutdown); their callers see ``SHUTDOWN``."""
@@ -268,7 +336,7 @@ class BrokerServicer(pb_grpc.BrokerServicer):
         self, request: pb.PathRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> None:
         async with _Call(context, "read_file", request.path):
-            pieces = read_chunks(self._backend, request.path, CHUNK_BYTES)
+            pieces = read_chunks(self._ops(context), request.path, CHUNK_BYTES)
             try:
                 async for piece in pieces:
                     await context.write(pb.Chunk(data=piece))
@@ -279,97 +347,105 @@ class BrokerServicer(pb_grpc.BrokerServicer):
         self, request: pb.AccessRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.Empty:
         async with _Call(context, "access", request.path):
-            await self._backend.access(request.path, writable=request.writable)
+            await self._ops(context).access(request.path, writable=request.writable)
             return pb.Empty()
 
     async def DetectImageMimeType(
         self, request: pb.PathRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.MimeTypeReply:
         async with _Call(context, "detect_image_mime_type", request.path):
-            mime = await self._backend.detect_image_mime_type(request.path)
+            mime = await self._ops(context).detect_image_mime_type(request.path)
             return pb.MimeTypeReply(mime_type=mime or "")
 
     async def WriteFile(
         self, request_iterator: object, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.Empty:
         async with _Call(context, "write_file", None):
-            first = await _read(context, "write_file")
-            if first is grpc.aio.EOF or not first.path:
-                raise InvalidArgument(
-                    "write_file", None, "the first message of the stream must carry the path"
-                )
-            path: str = first.path
-            expected = first.size if first.HasField("size") else None
-            if expected is not None and expected < 0:
-                raise InvalidArgument("write_file", path, f"`size` must be >= 0, got {expected}")
-
-            async def pieces() -> AsyncIterator[bytes]:
-                received = len(first.data)
-                if first.data:
-                    yield first.data
-                while True:
-                    message = await _read(context, "write_file")
-                    if message is grpc.aio.EOF:
-                        break
-                    received += len(message.data)
-                    if expected is not None and received > expected:
-                        raise InvalidArgument(
-                            "write_file", path, f"stream is longer than its size {expected}"
-                        )
-                    yield message.data
-                if expected is not None and received != expected:
-                    raise InvalidArgument(
-                        "write_file",
-                        path,
-                        f"stream ended after {received} of {expected} bytes; nothing was written",
-                    )
-
-            await write_chunks(self._backend, path, pieces())
+            try:
+                await self._write_file(context)
+            except OpsError as error:
+                if not isinstance(error, Timeout):
+                    await _drain(context)
+                raise
             return pb.Empty()
+
+    async def _write_file(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+        first = await _read(context, "write_file")
+        if first is grpc.aio.EOF or not first.path:
+            raise InvalidArgument(
+                "write_file", None, "the first message of the stream must carry the path"
+            )
+        path: str = first.path
+        expected = first.size if first.HasField("size") else None
+        if expected is not None and expected < 0:
+            raise InvalidArgument("write_file", path, f"`size` must be >= 0, got {expected}")
+
+        async def pieces() -> AsyncIterator[bytes]:
+            received = len(first.data)
+            if first.data:
+                yield first.data
+            while True:
+                message = await _read(context, "write_file")
+                if message is grpc.aio.EOF:
+                    break
+                received += len(message.data)
+                if expected is not None and received > expected:
+                    raise InvalidArgument(
+                        "write_file", path, f"stream is longer than its size {expected}"
+                    )
+                yield message.data
+            if expected is not None and received != expected:
+                raise InvalidArgument(
+                    "write_file",
+                    path,
+                    f"stream ended after {received} of {expected} bytes; nothing was written",
+                )
+
+        await write_chunks(self._ops(context), path, pieces())
 
     async def Mkdir(
         self, request: pb.PathRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.Empty:
         async with _Call(context, "mkdir", request.path):
-            await self._backend.mkdir(request.path)
+            await self._ops(context).mkdir(request.path)
             return pb.Empty()
 
     async def Exists(
         self, request: pb.PathRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.BoolReply:
         async with _Call(context, "exists", request.path):
-            return pb.BoolReply(value=await self._backend.exists(request.path))
+            return pb.BoolReply(value=await self._ops(context).exists(request.path))
 
     async def Stat(
         self, request: pb.PathRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.FileStat:
         async with _Call(context, "stat", request.path):
-            return stat_to_wire(await self._backend.stat(request.path))
+            return stat_to_wire(await self._ops(context).stat(request.path))
 
     async def Lstat(
         self, request: pb.PathRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.FileStat:
         async with _Call(context, "lstat", request.path):
-            return stat_to_wire(await self._backend.lstat(request.path))
+            return stat_to_wire(await self._ops(context).lstat(request.path))
 
     async def IsDirectory(
         self, request: pb.PathRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.BoolReply:
         async with _Call(context, "is_directory", request.path):
-            return pb.BoolReply(value=await self._backend.is_directory(request.path))
+            return pb.BoolReply(value=await self._ops(context).is_directory(request.path))
 
     async def Readdir(
         self, request: pb.PathRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> None:
         async with _Call(context, "readdir", request.path):
-            for batch in _batches(await self._backend.readdir(request.path)):
+            for batch in _batches(await self._ops(context).readdir(request.path)):
                 await context.write(pb.Names(names=batch))
 
     async def ListDir(
         self, request: pb.PathRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> None:
         async with _Call(context, "list_dir", request.path):
-            entries = await self._backend.list_dir(request.path)
+            entries = await self._ops(context).list_dir(request.path)
             for batch in _batches(entries, lambda entry: entry.name):
                 wire = [pb.DirEntry(name=e.name, kind=kind_to_wire(e.kind)) for e in batch]
                 await context.write(pb.DirEntries(entries=wire))
@@ -378,14 +454,14 @@ class BrokerServicer(pb_grpc.BrokerServicer):
         self, request: pb.RemoveRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.Empty:
         async with _Call(context, "remove", request.path):
-            await self._backend.remove(request.path, recursive=request.recursive)
+            await self._ops(context).remove(request.path, recursive=request.recursive)
             return pb.Empty()
 
     async def Rename(
         self, request: pb.RenameRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.Empty:
         async with _Call(context, "rename", request.source):
-            await self._backend.rename(request.source, request.destination)
+            await self._ops(context).rename(request.source, request.destination)
             return pb.Empty()
 
     # -- find and search -----------------------------------------------------------------------
@@ -394,7 +470,7 @@ class BrokerServicer(pb_grpc.BrokerServicer):
         self, request: pb.GlobRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> None:
         async with _Call(context, "glob", request.cwd):
-            found = await self._backend.glob(
+            found = await self._ops(context).glob(
                 request.pattern, request.cwd, ignore=list(request.ignore), limit=request.limit
             )
             for batch in _batches(found):
@@ -404,7 +480,7 @@ class BrokerServicer(pb_grpc.BrokerServicer):
         self, request: pb.SearchRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> None:
         async with _Call(context, "search", request.path):
-            matches = self._backend.search(
+            matches = self._ops(context).search(
                 request.pattern,
                 request.path,
                 glob=request.glob if request.HasField("glob") else None,
@@ -434,19 +510,15 @@ class BrokerServicer(pb_grpc.BrokerServicer):
                 raise InvalidArgument("exec", None, "the first message must be `start`")
             request: pb.ExecRequest = first.start
             if request.shell == pb.SHELL_POWERSHELL:
-                runner: Any = self._backend.powershell
+                runner: Any = self._ops(context).powershell
             elif request.shell in (pb.SHELL_UNSPECIFIED, pb.SHELL_BASH):
-                runner = self._backend
+                runner = self._ops(context)
             else:
                 raise InvalidArgument("exec", request.cwd, f"unknown shell {request.shell}")
             timeout = _exec_timeout(request)
             controller = AbortController()
 
-            async def on_data(data: bytes) -> None:
-                if data:
-                    for piece in chunks(data):
-                        await context.write(pb.ExecEvent(output=piece))
-
+            on_data = _Output(context)
             watcher = asyncio.create_task(_watch_abort(context, controller))
             self._running.add(controller)
             try:
@@ -467,7 +539,39 @@ class BrokerServicer(pb_grpc.BrokerServicer):
             end = pb.ExecExit(kill_reason=kill_reason_to_wire(reason))
             if result.exit_code is not None:
                 end.exit_code = result.exit_code
+            await on_data.drain()
             await context.write(pb.ExecEvent(exit=end))
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
+class _Output:
+    """The ``on_data`` of a command: output events, each written to the end even when the backend
+    cancels its producer mid-write (a half-done write would make the next one fail)."""
+
+    __slots__ = ("_context", "_pending")
+
+    def __init__(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+        self._context = context
+        self._pending: asyncio.Future[None] | None = None
+
+    async def __call__(self, data: bytes) -> None:
+        if not data:
+            return
+        for piece in chunks(data):
+            await self.drain()
+            pending = asyncio.ensure_future(self._context.write(pb.ExecEvent(output=piece)))
+            pending.add_done_callback(_retrieve)
+            self._pending = pending
+            await asyncio.shield(pending)
+
+    async def drain(self) -> None:
+        """Wait until the last output event is written."""
+        if self._pending is not None and not self._pending.done():
+            await self._pending
 
 
 async def _watch_abort(
@@ -479,7 +583,7 @@ async def _watch_abort(
             message = await context.read()
             if message is grpc.aio.EOF:
                 return
-            if message.WhichOneof("input") == "abort":
+            if not isinstance(message, _Undecodable) and message.WhichOneof("input") == "abort":
                 controller.abort("client")
                 return
     except Exception:  # the call ended under us: nothing left to abort
@@ -505,10 +609,12 @@ class Authenticator:
         *,
         mtls: bool = False,
         public_methods: Iterable[str] = (),
+        enforcement: Enforcement | None = None,
     ) -> None:
         self._tokens = tokens
         self._mtls = mtls
         self._public = frozenset(public_methods)
+        self.enforcement = enforcement
 
     def principal(self, method: str, context: grpc.aio.ServicerContext[Any, Any]) -> str | None:
         """The caller's principal, or ``None`` when it must be refused."""
@@ -562,39 +668,52 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
 
 
 def _guard(handler: _Handler, method: str, auth: Authenticator) -> _Handler:
-    """``handler`` with the caller authenticated before its behaviour runs."""
+    """``handler`` with the caller authenticated before its behaviour runs; for our own service,
+    an undecodable request message is answered with INVALID_ARGUMENT."""
     op = method.rsplit("/", 1)[-1]
+    ours = method.startswith(f"/{SERVICE_NAME}/")
 
-    async def check(context: grpc.aio.ServicerContext[Any, Any]) -> None:
+    async def check(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
         principal = auth.principal(method, context)
         if principal is None:
+            if auth.enforcement is not None:
+                auth.enforcement.record_refusal(
+                    op,
+                    "missing or unknown credentials",
+                    principal=None,
+                    transport="grpc",
+                    peer=context.peer(),
+                )
             await _abort_with(
                 context,
                 Unauthenticated(
                     op, None, "missing or unknown bearer token (send 'authorization: Bearer TOKEN')"
                 ),
             )
-        else:
-            _principal.set(principal)
+        _principal.set(principal or "-")
+        if isinstance(request, _Undecodable):
+            await _abort_with(context, request.error(op))
 
     def wrap(inner: _Behaviour) -> _Behaviour:
         if inspect.isasyncgenfunction(inner):
 
             async def stream(request: Any, context: Any) -> AsyncIterator[Any]:
-                await check(context)
+                await check(request, context)
                 async for response in inner(request, context):
                     yield response
 
             return stream
 
         async def call(request: Any, context: Any) -> Any:
-            await check(context)
+            await check(request, context)
             return await inner(request, context)
 
         return call
 
     kwargs = {
-        "request_deserializer": handler.request_deserializer,
+        "request_deserializer": (
+            _tolerant(handler.request_deserializer) if ours else handler.request_deserializer
+        ),
         "response_serializer": handler.response_serializer,
     }
     if handler.unary_unary is not None:

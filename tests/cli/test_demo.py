@@ -73,6 +73,10 @@ def test_demo_end_to_end(tmp_path: Path) -> None:
         assert "RESULT SSH: not available in this build" in out
     if "--audit-log" in serve_help:
         assert re.search(r"RESULT audit: chain intact \(\d+ records\)", out)
+        assert re.search(r"^intact: \d+ lines", out, re.M)  # opsbroker audit verify's own line
+        # the refusals are in the trail, under the principal and transport that attempted them
+        escape_transport = "ssh" if "--ssh-authorized-keys" in serve_help else "grpc"
+        assert re.search(rf"^\S+ +\S+ +{escape_transport} +access +deny ", out, re.M)
     else:
         assert "RESULT audit: not available in this build" in out
 

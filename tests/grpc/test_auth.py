@@ -14,7 +14,7 @@ from opsbroker.v1 import broker_pb2 as pb
 from opsbroker.v1 import broker_pb2_grpc as pb_grpc
 
 from agent_side import connect
-from operations import InMemoryOperations, PermissionDenied, Unauthenticated
+from operations import InMemoryOperations, PermissionDenied, PolicyDenied, Unauthenticated
 
 from ._harness import client, serving, token_of
 
@@ -139,3 +139,32 @@ async def test_unix_socket_needs_no_token_and_is_private(tmp_path: Path) -> None
         assert stat.S_IMODE(os.stat(sock).st_mode) == 0o600
         async with connect(f"grpc+unix://{sock}") as ops:
             assert await ops.read_file("/workspace/a") == b"1"
+
+
+async def test_policy_and_audit_apply_per_principal(tmp_path: Path) -> None:
+    from broker._audit import read_records
+
+    tokens = tmp_path / "tokens"
+    tokens.write_text("tok-alice alice\n")
+    tokens.chmod(0o600)
+    audit = tmp_path / "audit.jsonl"
+    (tmp_path / "ROOT").mkdir()
+    (tmp_path / "ROOT" / "a.txt").write_bytes(b"1")
+    (tmp_path / "ROOT" / ".env").write_bytes(b"SECRET=1")
+    async with serving(tmp_path, None, audit_log=audit) as server:
+        async with client(server, token="tok-alice") as ops:
+            assert await ops.read_file(f"{ops.root}/a.txt") == b"1"
+            with pytest.raises(PolicyDenied):
+                await ops.read_file(f"{ops.root}/.env")
+        with pytest.raises(Unauthenticated):
+            async with client(server, token="tok-mallory"):
+                pass
+    records = list(read_records([audit]))
+    reads = [r for r in records if r.get("op") == "read_file"]
+    assert [(r["principal"], r["transport"], r["decision"]) for r in reads] == [
+        ("alice", "grpc", "allow"),
+        ("alice", "grpc", "deny"),
+    ]
+    refusals = [r for r in records if r.get("code") == "unauthenticated"]
+    assert refusals and refusals[0]["principal"] is None and refusals[0]["transport"] == "grpc"
+    assert "tok-mallory" not in audit.read_text()

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from agent_side import connect
-from broker import BrokerConfig, BrokerServer
+from broker import Broker, BrokerConfig, BrokerServer
 from tests.conformance._workspace import DiskWorkspace
 
 
@@ -37,8 +37,10 @@ async def open_grpc(tmp_path: Path) -> AsyncIterator[DiskWorkspace]:
         token_file=tmp_path / "tokens",
         shutdown_grace=1.0,
     )
+    # The bare core, as the local variants use it (policy tests wrap the backend themselves).
     async with (
-        BrokerServer(config) as server,
+        Broker(root) as core,
+        BrokerServer(config, core) as server,
         connect(f"grpc://{server.addresses[0]}", token=token) as ops,
     ):
         yield DiskWorkspace(ops, root, outside)
