@@ -21,7 +21,7 @@ import sys
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from operations import Backend, OpsError
 
@@ -35,7 +35,9 @@ __all__ = [
     "EXIT_USAGE",
     "CliError",
     "add_backend_arguments",
+    "one_line_usage_errors",
     "open_tools",
+    "read_input",
     "read_json",
     "run_command",
 ]
@@ -104,6 +106,16 @@ def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="working directory of the tools, relative to the workspace root (default: the root)",
     )
+
+
+def one_line_usage_errors(parser: argparse.ArgumentParser, name: str) -> None:
+    """Make ``parser`` report a usage error (a missing or unknown argument) in one line too."""
+
+    def error(message: str) -> NoReturn:
+        _fail(name, f"{message} (see 'opsbroker {name} --help')")
+        raise SystemExit(EXIT_USAGE)
+
+    parser.error = error  # type: ignore[method-assign]
 
 
 def read_json(text: str, what: str) -> Any:

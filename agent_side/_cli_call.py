@@ -18,6 +18,7 @@ from ._cli import (
     EXIT_TOOL_ERROR,
     CliError,
     add_backend_arguments,
+    one_line_usage_errors,
     open_tools,
     read_input,
     read_json,
@@ -44,6 +45,7 @@ def add_parser(subparsers: Any) -> None:
         ),
         epilog='example: opsbroker call grpc://127.0.0.1:7443 read \'{"path": "README.md"}\'',
     )
+    one_line_usage_errors(parser, "call")
     add_backend_arguments(parser)
     parser.add_argument("tool", metavar="TOOL", help="the tool name, e.g. read")
     parser.add_argument(

@@ -29,6 +29,7 @@ from ._cli import (
     EXIT_TOOL_ERROR,
     CliError,
     add_backend_arguments,
+    one_line_usage_errors,
     open_tools,
     read_input,
     read_json,
@@ -67,6 +68,7 @@ def add_parser(subparsers: Any) -> None:
             "3 backend unreachable or credentials refused."
         ),
     )
+    one_line_usage_errors(parser, "run")
     add_backend_arguments(parser)
     parser.add_argument("file", metavar="FILE", help="the assistant message JSON ('-' for stdin)")
     parser.add_argument("--json", action="store_true", help="print the events as JSON lines")

@@ -180,6 +180,12 @@ def test_call_ssh_host_key_not_trusted(served: Served, tmp_path: Path) -> None:
     assert "host key not trusted" in assert_one_line_failure(proc, EXIT_BACKEND)
 
 
+@pytest.mark.parametrize("args", [("call",), ("call", "memory:"), ("run", "memory:")])
+def test_usage_errors_are_one_line(args: tuple[str, ...]) -> None:
+    line = assert_one_line_failure(opsbroker(*args), EXIT_USAGE)
+    assert line.endswith(f"(see 'opsbroker {args[0]} --help')")
+
+
 def test_call_missing_ssh_key() -> None:
     proc = opsbroker("call", "ssh://me@127.0.0.1:1", "ls", "{}", "--identity", "/nonexistent/key")
     assert "does not exist" in assert_one_line_failure(proc, EXIT_USAGE)
