@@ -18,13 +18,13 @@ Where the kernel has Landlock signal scoping (Linux 6.12) the command cannot sig
 outside its own tree, so ``kill $PPID`` fails; the new session already keeps ``kill 0``, ``kill
 -$PPID`` of an unrelated group and terminal signals away, but not a direct ``kill $PPID``.
 
-Spawning: with signal scoping the child must call ``landlock_restrict_self`` itself, so
-``subprocess`` runs a small Python hook between fork and exec (a real fork; it also enters the
-cgroup and ``fchdir``s there). Without it no Python runs in the child and ``subprocess`` can vfork:
-the working directory is entered through ``/proc/self/fd/<cwd_fd>`` and a one-line ``sh``
-trampoline writes itself into the cgroup before exec'ing the command. Either way the command is
-tracked before it can fork. The fork costs about 2-3 ms more per command on a VM
-(``scripts/bench.py exec_true``).
+Spawning never runs Python in the child, so ``subprocess`` can vfork (a fork costs milliseconds
+per command on a VM, growing with the broker's memory). The working directory is entered through
+``/proc/self/fd/<cwd_fd>``; a one-line ``sh`` trampoline writes itself into the command's cgroup
+before it execs the command, so the command cannot fork untracked. With signal scoping, a fresh
+thread enters a new Landlock domain and spawns the trampoline, which waits at a gate (its stdin)
+until that thread has exited; so the command gets a domain of its own and nothing in the broker
+is left in it.
 
 Timeout, abort (signal or task cancellation), output limit and shutdown take the same path:
 SIGTERM (and SIGCONT, so a stopped process can act on it), ``kill_grace`` seconds, then SIGKILL of
@@ -48,6 +48,7 @@ import shlex
 import shutil
 import signal as _signal
 import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Callable, Coroutine, Mapping, Sequence
@@ -105,6 +106,9 @@ MAX_TIMEOUT_S = 2147483.647
 
 EMPTY_TREE_LIMIT_S = 10.0
 """After SIGKILL, how long to keep killing before reporting a tree that will not die (D state)."""
+
+THREAD_EXIT_POLLS = 10_000
+"""Checks (0.1 ms apart) that the spawning thread has left ``/proc`` before the gate opens."""
 
 STALE_ZOMBIE_S = 5.0
 """A zombie child unreaped this long was adopted, not spawned (asyncio reaps within ms)."""
@@ -166,6 +170,8 @@ class _Run:
 
 def _check_program(program: str, path: str | None) -> None:
     """Fail like a direct spawn would when the program is missing (the trampoline would hide it)."""
+    if "/" in program and not os.path.isabs(program):
+        return  # relative to the command's cwd: sh reports it (exit 127)
     found = (
         os.access(program, os.X_OK)
         if "/" in program
@@ -175,17 +181,78 @@ def _check_program(program: str, path: str | None) -> None:
         raise NotFound("exec", program, "program not found")
 
 
-def _cgroup_trampoline(cgroup: CommandCgroup, env: Mapping[str, str]) -> list[str]:
-    """``sh -c`` prefix that writes the shell into each of the command's cgroups, then execs.
+def _trampoline(cgroup: CommandCgroup | None, env: Mapping[str, str], *, gated: bool) -> list[str]:
+    """``sh -c`` prefix run before the command: enter the cgroups, wait at the gate, exec.
 
-    ``sh`` sets ``PWD`` itself; the trampoline restores the caller's environment exactly.
+    The shell writes itself into each of the command's ``cgroup.procs`` (it cannot have forked
+    yet). When ``gated`` its stdin is the gate pipe: it waits for the broker to close it, then
+    execs the command with stdin at ``/dev/null``. ``sh`` sets ``PWD`` itself; the trampoline
+    restores the caller's environment exactly.
     """
-    steps = [
-        f"echo 0 > {shlex.quote(os.path.join(g, 'cgroup.procs'))}"
-        for g in (cgroup.path, *cgroup.limit_paths)
-    ]
+    steps = []
+    if cgroup is not None:
+        steps += [
+            f"echo 0 > {shlex.quote(os.path.join(g, 'cgroup.procs'))}"
+            for g in (cgroup.path, *cgroup.limit_paths)
+        ]
     steps.append(f"export PWD={shlex.quote(env['PWD'])}" if "PWD" in env else "unset PWD")
-    return ["/bin/sh", "-c", " && ".join(steps) + ' && exec "$@"', "opsbroker-exec"]
+    if gated:
+        steps.append("{ read -r _ || :; }")
+        steps.append('exec "$@" </dev/null')
+    else:
+        steps.append('exec "$@"')
+    return ["/bin/sh", "-c", " && ".join(steps), "opsbroker-exec"]
+
+
+def _thread_alive(tid: int) -> bool:
+    return os.path.exists(f"/proc/self/task/{tid}")
+
+
+async def _popen_in_scope(
+    scope: SignalScope, argv: list[str], options: dict[str, Any]
+) -> subprocess.Popen[bytes]:
+    """Spawn from a fresh thread that first enters a new Landlock signal scope.
+
+    The child inherits the thread's scope (its own domain, so commands cannot signal each other),
+    and the broker's other threads stay outside it, so the command cannot signal the broker. The
+    thread is gone (checked in ``/proc``) before this returns, so nothing in the broker is left in
+    the command's domain when the caller opens the gate. No Python runs in the child: vfork.
+    """
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[tuple[subprocess.Popen[bytes], int]] = loop.create_future()
+
+    def settle(result: tuple[subprocess.Popen[bytes], int] | BaseException) -> None:
+        if isinstance(result, BaseException):
+            done.set_exception(result)
+        else:
+            done.set_result(result)
+
+    def spawn() -> None:
+        try:
+            scope.restrict_self()
+            result: tuple[subprocess.Popen[bytes], int] | BaseException = (
+                subprocess.Popen(argv, **options),
+                threading.get_native_id(),
+            )
+        except BaseException as e:
+            result = e
+        loop.call_soon_threadsafe(settle, result)
+
+    thread = threading.Thread(target=spawn, name="opsbroker-spawn", daemon=True)
+    thread.start()
+    try:
+        popen, tid = await asyncio.shield(done)
+    finally:
+        thread.join()
+    for _ in range(THREAD_EXIT_POLLS):
+        if not _thread_alive(tid):
+            break
+        await asyncio.sleep(0.0001)
+    else:
+        popen.kill()
+        popen.wait()
+        raise Unavailable("exec", None, "the spawning thread did not exit; command not started")
+    return popen
 
 
 def _check_timeout(timeout: float | None) -> None:
@@ -342,7 +409,7 @@ class ProcessManager:
         if signal is not None and signal.aborted:
             return ExecResult(None, KillReason.ABORTED)
         loop = asyncio.get_running_loop()
-        run = self._spawn(argv, cwd_fd, cwd, env)
+        run = await self._spawn(argv, cwd_fd, cwd, env)
         run.last_activity = loop.time()
         self._runs.add(run)
         remove_listener: Callable[[], None] | None = None
@@ -389,44 +456,33 @@ class ProcessManager:
 
     # -- spawning -------------------------------------------------------------------------------
 
-    def _spawn(
+    async def _spawn(
         self, argv: Sequence[str], cwd_fd: int | None, cwd: str, env: Mapping[str, str] | None
     ) -> _Run:
+        """Start the command, tracked (cgroup) and scoped before any of its own code runs.
+
+        **Cancellation:** a cancellation that arrives while the command is being started kills
+        it before it has run anything (it is still held at its start gate), then re-raises.
+        """
         cookie = uuid.uuid4().hex
         child_env = dict(MINIMAL_ENV if env is None else env)
         child_env[COOKIE_VAR] = cookie
+        scope = self._scope
         cgroup = None
         if self._cgroups is not None:
             cgroup = self._cgroups.new_command(pids_max=self._pids_max, memory_max=self._memory_max)
-        scope = self._scope
-        procs_fds: list[int] = []
-        preexec: Callable[[], None] | None = None
+        # No Python runs in the child, so subprocess can vfork: the working directory is entered
+        # through the fd's magic link (chdir happens before fds are closed), and a one-line sh
+        # trampoline moves itself into the cgroup (and, when scoped, waits at a gate) before it
+        # execs the command.
         child_argv = list(argv)
-        child_cwd: str | None = cwd
+        gate_r = gate_w = -1
         try:
-            if scope is not None:
-                # Landlock must be entered by the child itself: a Python hook between fork and
-                # exec (a real fork, not vfork). The cgroup and cwd ride along at no extra cost.
-                procs_fds = cgroup.procs_fds() if cgroup is not None else []
-
-                def in_child() -> None:  # keep it to a few system calls
-                    for fd in procs_fds:
-                        os.write(fd, b"0")
-                    if cwd_fd is not None:
-                        os.fchdir(cwd_fd)
-                    scope.restrict_self()
-
-                preexec = in_child
-                child_cwd = cwd if cwd_fd is None else None
-            else:
-                # No Python in the child, so subprocess can vfork: chdir through the fd's magic
-                # link (done before fds are closed), and a one-line sh trampoline that moves
-                # itself into the cgroup before exec'ing the command (it cannot fork first).
-                if cwd_fd is not None:
-                    child_cwd = f"/proc/self/fd/{cwd_fd}"
-                if cgroup is not None:
-                    _check_program(child_argv[0], child_env.get("PATH"))
-                    child_argv = [*_cgroup_trampoline(cgroup, child_env), *child_argv]
+            if cgroup is not None or scope is not None:
+                _check_program(child_argv[0], child_env.get("PATH"))
+                if scope is not None:
+                    gate_r, gate_w = os.pipe()
+                child_argv = [*_trampoline(cgroup, child_env, gated=scope is not None), *child_argv]
         except BaseException:
             if cgroup is not None:
                 cgroup.remove()
@@ -434,27 +490,39 @@ class ProcessManager:
         read_fd, write_fd = os.pipe()
         with contextlib.suppress(OSError):
             fcntl.fcntl(read_fd, _F_SETPIPE_SZ, PIPE_SIZE)
+        child_cwd = cwd if cwd_fd is None else f"/proc/self/fd/{cwd_fd}"
+        options: dict[str, Any] = {
+            "stdin": gate_r if scope is not None else subprocess.DEVNULL,
+            "stdout": write_fd,
+            "stderr": write_fd,
+            "cwd": child_cwd,
+            "env": child_env,
+            "start_new_session": True,
+            "close_fds": True,
+        }
         try:
-            popen = subprocess.Popen(
-                child_argv,
-                stdin=subprocess.DEVNULL,
-                stdout=write_fd,
-                stderr=write_fd,
-                cwd=child_cwd,
-                env=child_env,
-                start_new_session=True,
-                close_fds=True,
-                preexec_fn=preexec,
-            )
+            if scope is None:
+                # vfork + exec: returns as soon as the child has exec'd (well under a ms).
+                popen = subprocess.Popen(child_argv, **options)  # noqa: ASYNC220
+            else:
+                popen, cancelled = await _run_to_end(_popen_in_scope(scope, child_argv, options))
+                if cancelled:
+                    popen.kill()  # still at the gate: none of the command has run
+                    popen.wait()
+                    raise asyncio.CancelledError
         except BaseException as e:
             os.close(read_fd)
             if cgroup is not None:
                 cgroup.remove()
+            if isinstance(e, asyncio.CancelledError):
+                raise
             raise self._spawn_error(e, argv, cwd, child_cwd) from e
         finally:
             os.close(write_fd)
-            for fd in procs_fds:
-                os.close(fd)
+            if gate_r >= 0:
+                os.close(gate_r)
+            if gate_w >= 0:
+                os.close(gate_w)  # open the gate: the spawning thread, in scope, is gone
         os.set_blocking(read_fd, False)
         pidfd = None
         if self._pidfd:
@@ -668,10 +736,16 @@ class ProcessManager:
         cookie = run.cookie.encode()
         # Anything started before the leader cannot descend from the command.
         candidates = stats_since(run.leader_start, exclude=(1, me))
+        # As the subreaper, every member that left the session either still has a member as
+        # parent (the closure below finds it) or was re-parented to the broker: only those need
+        # their environment read (an environ read can wait on a busy process's memory lock).
+        sub = self._subreaper
         members = {
             pid: st
             for pid, st in candidates.items()
-            if st.sid == run.pid or pid == run.pid or (st.alive and read_cookie(pid) == cookie)
+            if st.sid == run.pid
+            or pid == run.pid
+            or (st.alive and (not sub or st.ppid == me) and read_cookie(pid) == cookie)
         }
         grew = True
         while grew:

@@ -6,8 +6,9 @@ Linux 6.12) denies signals from a sandboxed process to any process outside its L
 the command's tree can signal itself and nothing else. The ruleset handles no filesystem or
 network access: it only scopes signals (filesystem confinement is a separate policy).
 
-The ruleset fd is created once in the broker; each child calls ``landlock_restrict_self`` on it
-between fork and exec.
+The ruleset fd is created once in the broker. ``restrict_self`` scopes the calling *thread*
+(Landlock is per thread): the process manager calls it in a fresh thread that spawns one command
+and exits, so each command gets a domain of its own and the broker's other threads stay outside.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ def _has_cap_sys_admin() -> bool:
 
 
 class SignalScope:
-    """A Landlock ruleset that scopes signals; :meth:`restrict_self` runs in the child.
+    """A Landlock ruleset that scopes signals; :meth:`restrict_self` applies it to a thread.
 
     Use :meth:`create`, which returns ``None`` where the kernel lacks signal scoping.
     """
@@ -75,7 +76,7 @@ class SignalScope:
         return cls(libc, int(fd), need_no_new_privs=not _has_cap_sys_admin())
 
     def restrict_self(self) -> None:
-        """Enter the scope (call between fork and exec). Raises ``OSError`` if the kernel refuses.
+        """Enter a new scope on the calling thread. Raises ``OSError`` if the kernel refuses.
 
         Without ``CAP_SYS_ADMIN`` the kernel requires ``no_new_privs`` first, so set-uid programs
         (``sudo``) do not gain privileges inside a command.

@@ -1,9 +1,10 @@
 """Process-manager fixtures: every test runs with a per-command cgroup (where this host has a
 writable cgroup v2 tree) and with the fallback forced (process group, subreaper, /proc sweep).
 
-Modes: ``cgroup`` (signal scoping where available: the child enters cgroup and Landlock scope
-between fork and exec), ``cgroup-unscoped`` (no Python in the child: vfork and the sh cgroup
-trampoline), ``fallback`` (no cgroups, no signal scope: vfork, /proc sweep).
+Modes: ``cgroup`` and ``fallback`` are the defaults (Landlock signal scoping where available:
+a fresh thread in a new domain spawns the gated sh trampoline); ``cgroup-unscoped`` and
+``fallback-unscoped`` turn scoping off (the trampoline only enters the cgroup; in the unscoped
+fallback the command is spawned directly).
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ def _cgroups_available() -> bool:
 
 
 CGROUPS = _cgroups_available()
-MODES = ["cgroup", "cgroup-unscoped", "fallback"] if CGROUPS else ["fallback"]
+MODES = ["cgroup", "cgroup-unscoped"] if CGROUPS else []
+MODES += ["fallback", "fallback-unscoped"]
 
 
 def make_manager(mode: str, **options: object) -> ProcessManager:
@@ -36,7 +38,7 @@ def make_manager(mode: str, **options: object) -> ProcessManager:
     options.setdefault("kill_grace", TEST_KILL_GRACE_S)
     return ProcessManager(
         use_cgroups=mode.startswith("cgroup"),
-        scope_signals=None if mode == "cgroup" else False,
+        scope_signals=False if mode.endswith("-unscoped") else None,
         **options,  # type: ignore[arg-type]
     )
 

@@ -7,6 +7,7 @@ sees a stopped or dead process instead of its report.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -16,9 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from broker._shell import bash_argv
 from broker._signal_scope import SignalScope
+from operations import ExecResult, KillReason
 
-from .conftest import MODES
+from .conftest import MODES, make_manager
 
 REPO = Path(__file__).resolve().parents[2]
 BROKER_WAIT_S = 30.0
@@ -76,7 +79,7 @@ def run_broker(mode: str, commands: list[str]) -> dict[str, object]:
     return report
 
 
-@pytest.mark.parametrize("mode", [m for m in MODES if m != "cgroup-unscoped"])
+@pytest.mark.parametrize("mode", [m for m in MODES if not m.endswith("-unscoped")])
 def test_commands_cannot_touch_the_broker(mode: str) -> None:
     scoped = SignalScope.create() is not None
     cases = OWN_GROUP + (BROKER_ITSELF if scoped else [])
@@ -88,3 +91,38 @@ def test_commands_cannot_touch_the_broker(mode: str) -> None:
         assert got[:2] == want[:2], command
         if len(want) > 2:
             assert got[2].endswith(want[2]), command  # after bash's "Operation not permitted"
+
+
+pytestmark = pytest.mark.anyio  # see test_process_escape.py
+
+
+async def test_commands_cannot_signal_each_other(mode: str) -> None:
+    """Each scoped command has its own Landlock domain: it cannot signal another command."""
+    pm = make_manager(mode)
+    scoped = pm.capabilities().signal_scope
+    first: list[bytes] = []
+    started = asyncio.Event()
+
+    def on_first(data: bytes) -> None:
+        first.append(data)
+        started.set()
+
+    victim = asyncio.create_task(
+        pm.exec(bash_argv("echo $$; exec sleep 1000"), cwd="/", on_data=on_first, timeout=20)
+    )
+    try:
+        await asyncio.wait_for(started.wait(), 10)
+        pid = int(b"".join(first).split()[0])
+        out: list[bytes] = []
+        result = await pm.exec(
+            bash_argv(f"kill -9 {pid}; echo rc=$?"), cwd="/", on_data=out.append, timeout=10
+        )
+        assert result == ExecResult(0)
+        assert b"".join(out).endswith(b"rc=1\n" if scoped else b"rc=0\n")
+        if not scoped:  # the victim was SIGKILLed by the other command
+            assert await asyncio.wait_for(victim, 10) == ExecResult(None)
+    finally:
+        await pm.aclose()
+    if scoped:  # untouched, until the shutdown
+        assert await victim == ExecResult(None, KillReason.SHUTDOWN)
+    assert scoped == (SignalScope.create() is not None and not mode.endswith("-unscoped"))
