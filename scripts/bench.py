@@ -291,6 +291,13 @@ def stream_output() -> None:
     )
 
 
+# The SSH transport's figures (SSH backend beside gRPC, against OpenSSH) live in bench_ssh.py.
+import bench_ssh  # noqa: E402
+
+for _ssh_benchmark in bench_ssh.BENCHMARKS.values():
+    benchmark(_ssh_benchmark)
+
+
 def main(argv: list[str]) -> int:
     if "--list" in argv:
         print("\n".join(BENCHMARKS))

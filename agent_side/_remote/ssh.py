@@ -55,6 +55,7 @@ from operations import (
     ExecResult,
     FileStat,
     InvalidArgument,
+    KillReason,
     OnData,
     OpsError,
     PowerShellOperations,
@@ -411,6 +412,7 @@ class SSHBackend:
     # -- ReadOperations, WriteOperations, EditOperations --
 
     async def read_file(self, path: str) -> bytes:
+        path = _text("read_file", path)
         parts = []
         async with self._call("ReadFile", pb.PathRequest(path=path), path) as call:
             while (data := await call.receive()) is not None:
@@ -420,16 +422,22 @@ class SSHBackend:
         return b"".join(parts)
 
     async def access(self, path: str, *, writable: bool = False) -> None:
+        path = _text("access", path)
         await self._unary("Access", pb.AccessRequest(path=path, writable=writable), pb.Empty, path)
 
     async def detect_image_mime_type(self, path: str) -> str | None:
+        path = _text("detect_image_mime_type", path)
         reply = await self._unary(
             "DetectImageMimeType", pb.PathRequest(path=path), pb.MimeTypeReply, path
         )
         return reply.mime_type or None
 
     async def write_file(self, path: str, content: bytes | str) -> None:
-        data = content.encode("utf-8") if isinstance(content, str) else bytes(content)
+        path = _text("write_file", path)
+        if isinstance(content, str):
+            data = _text("write_file", content, what="content").encode("utf-8")
+        else:
+            data = bytes(content)
         first = pb.WriteFileRequest(path=path, data=data[:CHUNK_BYTES], size=len(data))
         async with self._call("WriteFile", first, path, streaming_input=True) as call:
             view = memoryview(data)
@@ -439,27 +447,35 @@ class SSHBackend:
             await call.receive_one(pb.Empty)
 
     async def mkdir(self, path: str) -> None:
+        path = _text("mkdir", path)
         await self._unary("Mkdir", pb.PathRequest(path=path), pb.Empty, path)
 
     # -- LsOperations, FindOperations, GrepOperations, FileSystemOperations --
 
     async def exists(self, path: str) -> bool:
+        if isinstance(path, str) and not _is_utf8(path):
+            return False  # no name the wire can carry: nothing the broker serves is there
+        path = _text("exists", path)
         return (await self._unary("Exists", pb.PathRequest(path=path), pb.BoolReply, path)).value
 
     async def stat(self, path: str) -> FileStat:
+        path = _text("stat", path)
         return stat_from_wire(
             await self._unary("Stat", pb.PathRequest(path=path), pb.FileStat, path)
         )
 
     async def lstat(self, path: str) -> FileStat:
+        path = _text("lstat", path)
         reply = await self._unary("Lstat", pb.PathRequest(path=path), pb.FileStat, path)
         return stat_from_wire(reply)
 
     async def is_directory(self, path: str) -> bool:
+        path = _text("is_directory", path)
         request = pb.PathRequest(path=path)
         return (await self._unary("IsDirectory", request, pb.BoolReply, path)).value
 
     async def readdir(self, path: str) -> list[str]:
+        path = _text("readdir", path)
         names: list[str] = []
         async for data in self._stream("Readdir", pb.PathRequest(path=path), path):
             batch = pb.Names()
@@ -468,6 +484,7 @@ class SSHBackend:
         return names
 
     async def list_dir(self, path: str) -> list[DirEntry]:
+        path = _text("list_dir", path)
         entries: list[DirEntry] = []
         async for data in self._stream("ListDir", pb.PathRequest(path=path), path):
             batch = pb.DirEntries()
@@ -478,6 +495,8 @@ class SSHBackend:
     async def glob(
         self, pattern: str, cwd: str, *, ignore: Sequence[str] = (), limit: int = 1000
     ) -> list[str]:
+        cwd = _text("glob", cwd)
+        pattern = _text("glob", pattern, what="pattern")
         request = pb.GlobRequest(pattern=pattern, cwd=cwd, ignore=list(ignore), limit=limit)
         paths: list[str] = []
         async for data in self._stream("Glob", request, cwd):
@@ -496,6 +515,8 @@ class SSHBackend:
         literal: bool = False,
         limit: int = 100,
     ) -> AsyncIterator[SearchMatch]:
+        path = _text("search", path)
+        pattern = _text("search", pattern, what="pattern")
         request = pb.SearchRequest(
             pattern=pattern,
             path=path,
@@ -511,10 +532,13 @@ class SSHBackend:
                 yield match_from_wire(match)
 
     async def remove(self, path: str, *, recursive: bool = False) -> None:
+        path = _text("remove", path)
         request = pb.RemoveRequest(path=path, recursive=recursive)
         await self._unary("Remove", request, pb.Empty, path)
 
     async def rename(self, source: str, destination: str) -> None:
+        source = _text("rename", source)
+        destination = _text("rename", destination)
         request = pb.RenameRequest(source=source, destination=destination)
         await self._unary("Rename", request, pb.Empty, source)
 
@@ -533,6 +557,10 @@ class SSHBackend:
     ) -> ExecResult:
         if timeout is not None and timeout < 0:
             raise InvalidArgument("exec", None, f"`timeout` must be non-negative, got {timeout}")
+        cwd = _text("exec", cwd)
+        command = _text("exec", command, what="command")
+        if signal is not None and signal.aborted:
+            return ExecResult(None, KillReason.ABORTED)  # aborted before it started: run nothing
         start = pb.ExecRequest(command=command, cwd=cwd, shell=shell, timeout=timeout, env=env)
         result: ExecResult | None = None
         async with self._call("Exec", pb.ExecInput(start=start), cwd, streaming_input=True) as call:
@@ -552,6 +580,25 @@ class SSHBackend:
         if result is None:
             raise Unavailable("exec", cwd, "the broker ended the command without an exit status")
         return result
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _text(op: str, value: object, *, what: str = "path") -> str:
+    """``value`` if it can cross the wire as text (a ``str`` that is valid UTF-8), else
+    InvalidArgument, as the broker would say."""
+    if not isinstance(value, str):
+        shown = os.fsdecode(value) if isinstance(value, bytes) else repr(value)
+        raise InvalidArgument(op, shown, f"{what} must be a str, got {type(value).__name__}")
+    if not _is_utf8(value):
+        raise InvalidArgument(op, value, f"{what} is not valid UTF-8 text")
+    return value
 
 
 def _on_abort(signal: AbortSignal | None, call: _Call) -> Any:

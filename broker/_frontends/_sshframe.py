@@ -56,8 +56,9 @@ __all__ = [
     "State",
 ]
 
-DEFAULT_MAX_FRAME_SIZE: Final = 4 * 1024 * 1024 + 1024
-"""Largest ``length`` accepted: a 4 MiB message (gRPC's default receive cap) plus headroom."""
+DEFAULT_MAX_FRAME_SIZE: Final = 64 * 1024 * 1024 + 1024
+"""Largest ``length`` accepted or sent: a 64 MiB message plus headroom (a search match carries a
+whole line, however long; the gRPC transport allows replies of the same size)."""
 
 MAX_METHOD_LENGTH: Final = 64
 """Longest method name: names are short identifiers, a longer one is a corrupt frame."""

@@ -35,7 +35,7 @@ from asyncssh.stream import SSHServerStreamSession
 from google.protobuf.message import Message as ProtoMessage
 from opsbroker.v1.codec import error_to_wire
 
-from operations import Aborted, Backend, InvalidArgument, KillReason, OpsError
+from operations import Aborted, Backend, InvalidArgument, KillReason, OpsError, TooLarge
 
 from ._service import METHODS, Service
 from ._sftp import BackendSFTPServer
@@ -72,6 +72,9 @@ LOGIN_TIMEOUT_S: Final = 30.0
 
 KEEPALIVE_INTERVAL_S: Final = 15.0
 """Keepalive probe period: a client that vanished without a FIN is noticed and its calls killed."""
+
+MAX_CHANNELS_PER_CONNECTION: Final = 1024
+"""Open channels one connection may hold: far above a client's concurrency, a bound on its cost."""
 
 SHUTDOWN_GRACE_S: Final = 5.0
 """How long a stopping front-end lets killed commands report ``SHUTDOWN`` before it hangs up."""
@@ -301,6 +304,7 @@ class _BrokerServer(asyncssh.SSHServer):
         self.frontend = frontend
         self.principal: str | None = None
         self.conn: asyncssh.SSHServerConnection | None = None
+        self.sessions = 0
         self._service: Service | None = None
 
     @property
@@ -344,7 +348,11 @@ class _BrokerServer(asyncssh.SSHServer):
         self.principal = principal
         return True
 
-    def session_requested(self) -> _Session:
+    def session_requested(self) -> _Session | bool:
+        if self.sessions >= MAX_CHANNELS_PER_CONNECTION:
+            log.warning("%s: refused a channel beyond %d", self.principal, self.sessions)
+            return False
+        self.sessions += 1
         return _Session(self)
 
 
@@ -448,6 +456,7 @@ class _Session(asyncssh.SSHServerSession[bytes]):
             self._sftp.resume_writing()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._server.sessions -= 1
         if self._sftp is not None:
             self._sftp.connection_lost(exc)
         self._cancel_requested = False
@@ -575,7 +584,12 @@ class _Session(asyncssh.SSHServerSession[bytes]):
         self._pending_bytes = 0
 
     async def _send(self, message: ProtoMessage) -> None:
-        self._write(self._frames.send(Message(message.SerializeToString())))
+        payload = message.SerializeToString()
+        if len(payload) >= self._frames.max_frame_size:
+            raise TooLarge(
+                "reply", None, f"a {len(payload)}-byte message exceeds the SSH frame limit"
+            )
+        self._write(self._frames.send(Message(payload)))
         await self._drain()
 
     async def _run_call(

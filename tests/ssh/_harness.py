@@ -51,7 +51,7 @@ class SSHSetup:
 
 def make_keys(keys: Path) -> tuple[Path, Path]:
     """A client key pair (OpenSSH format) and an authorized_keys file holding its public half."""
-    keys.mkdir(exist_ok=True)
+    keys.mkdir(parents=True, exist_ok=True)
     client = asyncssh.generate_private_key("ssh-ed25519", comment="agent@test")
     client_key = keys / "client_ed25519"
     client.write_private_key(str(client_key))

@@ -37,6 +37,7 @@ from operations import (
     KillReason,
     NotFound,
     OpsError,
+    TooLarge,
     Unauthenticated,
     Unavailable,
 )
@@ -429,3 +430,22 @@ async def test_capabilities_describe_the_core(tmp_path: Path, dirs: tuple[str, s
         reply = await client._unary("Capabilities", pb.CapabilitiesRequest(), pb.CapabilitiesReply)
         assert reply.root == root and reply.resolver in ("openat2", "walk")
         assert reply.limits.chunk_bytes == 64 * 1024
+
+
+async def test_long_lines_and_the_frame_limit(tmp_path: Path, dirs: tuple[str, str]) -> None:
+    root, _ = dirs
+    (tmp_path / "ROOT" / "long.txt").write_bytes(b"x" * 300_000 + b" needle\n")
+    async with (
+        Broker(root) as broker,
+        serve_over_ssh(broker, tmp_path / "keys", max_frame_size=200_000) as setup,
+        setup.backend() as client,
+    ):
+        # Files travel in 64 KiB chunks, so the frame limit never matters for them...
+        assert len(await client.read_file(f"{root}/long.txt")) == 300_008
+        # ...but one search match holds a whole line.
+        with pytest.raises(TooLarge, match="exceeds the SSH frame limit"):
+            [m async for m in client.search("needle", root)]
+        assert await client.exists(root)
+    async with broker_over_ssh(tmp_path / "default", root) as (_, client):
+        (match,) = [m async for m in client.search("needle", root)]
+        assert match.line_text is not None and len(match.line_text) == 300_007
