@@ -67,6 +67,8 @@ def restore_line_endings(text: str, ending: str) -> str:
     return text.replace("\n", "\r\n") if ending == "\r\n" else text
 
 
+# What JavaScript's trimEnd removes (WhiteSpace and LineTerminator), which is not str.isspace.
+_JS_WHITESPACE = "\t\n\v\f\r \u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
 _SINGLE_QUOTES = re.compile("[\u2018\u2019\u201a\u201b]")
 _DOUBLE_QUOTES = re.compile("[\u201c\u201d\u201e\u201f]")
 _DASHES = re.compile("[\u2010-\u2015\u2212]")
@@ -76,7 +78,7 @@ _SPACES = re.compile("[\u00a0\u2002-\u200a\u202f\u205f\u3000]")
 def normalize_for_fuzzy_match(text: str) -> str:
     """NFKC, trailing whitespace off each line, typographic quotes, dashes and spaces to ASCII."""
     text = unicodedata.normalize("NFKC", text)
-    text = "\n".join(line.rstrip() for line in text.split("\n"))
+    text = "\n".join(line.rstrip(_JS_WHITESPACE) for line in text.split("\n"))
     text = _SINGLE_QUOTES.sub("'", text)
     text = _DOUBLE_QUOTES.sub('"', text)
     text = _DASHES.sub("-", text)
@@ -92,11 +94,11 @@ def _find(content: str, old: str) -> tuple[int, int, bool]:
     return normalize_for_fuzzy_match(content).find(fuzzy_old), len(fuzzy_old), True
 
 
-def apply_edits(content: str, edits: Sequence[Edit], path: str) -> tuple[str, str]:
-    """Apply ``edits`` to the LF-normalised ``content``; return ``(base, new_content)``.
+def apply_edits(content: str, edits: Sequence[Edit], path: str) -> str:
+    """Apply ``edits`` to the LF-normalised ``content``; return the new content.
 
-    ``base`` is the text the diff is computed from: ``content`` itself, or its normalised form
-    when a fuzzy match was needed.
+    When a fuzzy match was needed, the lines the edits touch come from the normalised text (so
+    they lose trailing whitespace and typographic characters); every other line is kept as is.
 
     Raises:
         EditError: an empty, missing, ambiguous or overlapping ``oldText``, or no change at all.
@@ -152,7 +154,7 @@ def apply_edits(content: str, edits: Sequence[Edit], path: str) -> tuple[str, st
             f"No changes made to {path}. The replacement produced identical content. This might "
             "indicate an issue with special characters or the text not existing as expected."
         )
-    return base, new
+    return new
 
 
 def _replace(text: str, matches: Sequence[tuple[int, int, int, str]]) -> str:

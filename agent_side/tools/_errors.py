@@ -47,14 +47,18 @@ def errno_name(error: OpsError) -> str | None:
     return entry[0] if entry else None
 
 
-def describe_error(error: BaseException, syscall: str, path: str) -> str:
-    """``<CODE>: <description>, <syscall> '<path>'`` for an Operations error; ``str`` otherwise."""
+def describe_error(error: BaseException, syscall: str, path: str | None) -> str:
+    """``<CODE>: <description>, <syscall> '<path>'`` for an Operations error; ``str`` otherwise.
+
+    ``path=None`` leaves the path out, as Node does for errors of a read on an open file.
+    """
     if not isinstance(error, OpsError):
         return str(error)
+    where = syscall if path is None else f"{syscall} '{path}'"
     entry = _ERRNO.get(error.code)
     if entry is not None:
-        return f"{entry[0]}: {entry[1]}, {syscall} '{path}'"
-    return f"{error.code.upper()}: {describe_reason(error)}, {syscall} '{path}'"
+        return f"{entry[0]}: {entry[1]}, {where}"
+    return f"{error.code.upper()}: {describe_reason(error)}, {where}"
 
 
 def describe_reason(error: OpsError) -> str:

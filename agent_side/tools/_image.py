@@ -116,8 +116,7 @@ def process_image(data: bytes, mime_type: str, *, auto_resize: bool = True) -> P
     fits = width <= IMAGE_MAX_DIMENSION and height <= IMAGE_MAX_DIMENSION
     if fits and _base64_size(len(data)) < IMAGE_MAX_BASE64_BYTES:
         return ProcessedImage(mime_type, data, hints)
-    scale = min(1.0, IMAGE_MAX_DIMENSION / width, IMAGE_MAX_DIMENSION / height)
-    target = (max(1, math.floor(width * scale)), max(1, math.floor(height * scale)))
+    target = _fit(width, height)
     while True:
         resized = image.resize(target, Image.Resampling.LANCZOS)
         candidate = _smallest_fitting(resized)
@@ -135,6 +134,17 @@ def process_image(data: bytes, mime_type: str, *, auto_resize: bool = True) -> P
             max(1, math.floor(target[0] * SHRINK_FACTOR)),
             max(1, math.floor(target[1] * SHRINK_FACTOR)),
         )
+
+
+def _fit(width: int, height: int) -> tuple[int, int]:
+    """Scale down to fit the maximum dimension, keeping the aspect ratio (rounded half up)."""
+    if width > IMAGE_MAX_DIMENSION:
+        height = max(1, math.floor(height * IMAGE_MAX_DIMENSION / width + 0.5))
+        width = IMAGE_MAX_DIMENSION
+    if height > IMAGE_MAX_DIMENSION:
+        width = max(1, math.floor(width * IMAGE_MAX_DIMENSION / height + 0.5))
+        height = IMAGE_MAX_DIMENSION
+    return width, height
 
 
 def _unprocessed(data: bytes, mime_type: str) -> ProcessedImage:

@@ -29,7 +29,7 @@ from operations import (
 from .._js import js_number_to_string
 from .._messages import AgentToolResult, TextContent
 from .._tool import AgentToolUpdateCallback, ToolContext
-from ._errors import ToolError, describe_error
+from ._errors import ToolError, describe_error, errno_name
 from ._output import OutputAccumulator, OutputSnapshot
 from ._truncate import DEFAULT_MAX_BYTES, format_size
 
@@ -243,4 +243,8 @@ def _joined(text: str, status: str) -> str:
 def _exec_error(error: OpsError, run: ShellRun, cwd: str) -> str:
     if isinstance(error, NotFound | NotADirectory) and error.path in (cwd, None):
         return f"Working directory does not exist: {cwd}\nCannot execute {run.shell_name} commands."
-    return describe_error(error, "spawn", error.path or cwd)
+    if errno_name(error) is not None:
+        return describe_error(error, "spawn", error.path or cwd)
+    # Why the command could not start (no PowerShell installed, a policy refusal...): the
+    # reference rethrows such errors unchanged, so the backend's own sentence is shown.
+    return error.reason

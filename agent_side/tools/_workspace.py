@@ -21,6 +21,12 @@ class LocalOperations:
         self._url = "local:" + root
         self._backend: Any = None
 
+    async def aclose(self) -> None:
+        """Close the backend if it was ever opened."""
+        if self._backend is not None:
+            backend, self._backend = self._backend, None
+            await backend.aclose()
+
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
             raise AttributeError(name)

@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field
 from operations import AbortSignal
 
 from .._messages import AgentToolResult
+from .._schema import JsonNumber
 from .._tool import (
     AgentTool,
     AgentToolUpdateCallback,
@@ -37,7 +38,7 @@ SESSION_GUIDELINE = (
 
 class BashParams(BaseModel):
     command: str = Field(description="Shell command to execute")
-    timeout: float | None = Field(
+    timeout: JsonNumber | None = Field(
         default=None, description="Timeout in seconds (optional, no default timeout)"
     )
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from operations import AbortSignal, OpsError
+from operations import AbortSignal, IsADirectory, OpsError
 
 from .._messages import AgentToolResult
 from .._tool import (
@@ -28,7 +28,7 @@ from ._edit_diff import (
     restore_line_endings,
     strip_bom,
 )
-from ._errors import ToolError, check_aborted, describe_reason, errno_name
+from ._errors import ToolError, check_aborted, describe_error, describe_reason, errno_name
 from ._paths import resolve_to_cwd
 from ._queue import in_mutation_queue
 from ._tooldef import constrained_sampling, text_result
@@ -147,28 +147,34 @@ def create_edit_tool_definition(
             check_aborted(signal)
             try:
                 await ws.ops.access(path, writable=True)
-                data: bytes = await ws.ops.read_file(path)
             except Exception as exc:
                 check_aborted(signal)
                 raise ToolError(f"Could not edit file: {params.path}. {_detail(exc)}.") from None
+            try:
+                data: bytes = await ws.ops.read_file(path)
+            except IsADirectory as exc:
+                raise ToolError(describe_error(exc, "read", None)) from None
+            except OpsError as exc:
+                raise ToolError(describe_error(exc, "open", path)) from None
             check_aborted(signal)
             bom, text = strip_bom(data.decode("utf-8", "replace"))
             ending = detect_line_ending(text)
             edits = [Edit(e.old_text, e.new_text) for e in params.edits]
+            original = normalize_to_lf(text)
             try:
-                base, new = apply_edits(normalize_to_lf(text), edits, params.path)
+                new = apply_edits(original, edits, params.path)
             except EditError as exc:
                 raise ToolError(str(exc)) from None
             check_aborted(signal)
             try:
                 await ws.ops.write_file(path, bom + restore_line_endings(new, ending))
-            except Exception as exc:
-                raise ToolError(f"Could not edit file: {params.path}. {_detail(exc)}.") from None
+            except OpsError as exc:
+                raise ToolError(describe_error(exc, "open", path)) from None
             check_aborted(signal)
-            diff, first_changed = generate_diff_string(base, new)
+            diff, first_changed = generate_diff_string(original, new)
             details: dict[str, Any] = {
                 "diff": diff,
-                "patch": generate_unified_patch(params.path, base, new),
+                "patch": generate_unified_patch(params.path, original, new),
             }
             if first_changed is not None:
                 details["firstChangedLine"] = first_changed

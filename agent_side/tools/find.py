@@ -11,6 +11,7 @@ from pydantic import BaseModel, Field
 from operations import AbortSignal, OpsError
 
 from .._messages import AgentToolResult
+from .._schema import JsonNumber
 from .._tool import (
     AgentTool,
     AgentToolUpdateCallback,
@@ -47,7 +48,7 @@ class FindParams(BaseModel):
     path: str | None = Field(
         default=None, description="Directory to search in (default: current directory)"
     )
-    limit: float | None = Field(
+    limit: JsonNumber | None = Field(
         default=None, description="Maximum number of results (default: 1000)"
     )
 

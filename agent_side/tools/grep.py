@@ -12,6 +12,7 @@ from pydantic import BaseModel, Field
 from operations import AbortSignal, OpsError, SearchMatch
 
 from .._messages import AgentToolResult
+from .._schema import JsonNumber
 from .._tool import (
     AgentTool,
     AgentToolUpdateCallback,
@@ -57,11 +58,11 @@ class GrepParams(BaseModel):
         default=None,
         description="Treat pattern as literal string instead of regex (default: false)",
     )
-    context: float | None = Field(
+    context: JsonNumber | None = Field(
         default=None,
         description="Number of lines to show before and after each match (default: 0)",
     )
-    limit: float | None = Field(
+    limit: JsonNumber | None = Field(
         default=None, description="Maximum number of matches to return (default: 100)"
     )
 

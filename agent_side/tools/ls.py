@@ -12,6 +12,7 @@ from pydantic import BaseModel, Field
 from operations import AbortSignal, OpsError
 
 from .._messages import AgentToolResult
+from .._schema import JsonNumber
 from .._tool import (
     AgentTool,
     AgentToolUpdateCallback,
@@ -41,7 +42,7 @@ class LsParams(BaseModel):
     path: str | None = Field(
         default=None, description="Directory to list (default: current directory)"
     )
-    limit: float | None = Field(
+    limit: JsonNumber | None = Field(
         default=None, description="Maximum number of entries to return (default: 500)"
     )
 

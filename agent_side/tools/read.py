@@ -8,9 +8,10 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from operations import AbortSignal, OpsError
+from operations import AbortSignal, IsADirectory, OpsError
 
 from .._messages import AgentToolResult
+from .._schema import JsonNumber
 from .._tool import (
     AgentTool,
     AgentToolUpdateCallback,
@@ -41,10 +42,10 @@ NON_VISION_NOTE = (
 
 class ReadParams(BaseModel):
     path: str = Field(description="Path to the file to read (relative or absolute)")
-    offset: float | None = Field(
+    offset: JsonNumber | None = Field(
         default=None, description="Line number to start reading from (1-indexed)"
     )
-    limit: float | None = Field(default=None, description="Maximum number of lines to read")
+    limit: JsonNumber | None = Field(default=None, description="Maximum number of lines to read")
 
 
 def create_read_tool_definition(
@@ -81,6 +82,8 @@ def create_read_tool_definition(
                 raise ToolError(describe_error(exc, "access", path)) from None
             try:
                 data: bytes = await ws.ops.read_file(path)
+            except IsADirectory as exc:  # Node opens it, then fails the read itself
+                raise ToolError(describe_error(exc, "read", None)) from None
             except OpsError as exc:
                 raise ToolError(describe_error(exc, "open", path)) from None
             mime = detect_image_mime_type(data)

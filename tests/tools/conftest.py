@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import tempfile
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
@@ -119,6 +120,14 @@ def _describe(node: Any) -> str:
 
 TOOL_BACKENDS: dict[str, Opener] = {name: _from_conformance(name) for name in CONFORMANCE_BACKENDS}
 TOOL_BACKENDS.setdefault("memory", _memory)
+
+
+@pytest.fixture(autouse=True)
+def _spill_into_tmp_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Command output spilled to temp files lands in the test's directory, not in /tmp."""
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(spill))
 
 
 @pytest.fixture(params=sorted(TOOL_BACKENDS))

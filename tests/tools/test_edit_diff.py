@@ -18,7 +18,7 @@ from tests.tools._patch import apply_patch
 
 
 def _apply(content: str, *pairs: tuple[str, str]) -> str:
-    return apply_edits(content, [Edit(o, n) for o, n in pairs], "f.txt")[1]
+    return apply_edits(content, [Edit(o, n) for o, n in pairs], "f.txt")
 
 
 def test_normalize_for_fuzzy_match() -> None:
@@ -57,9 +57,9 @@ def test_edits_match_the_original() -> None:
     ],
 )  # fmt: skip
 def test_fuzzy_matching(content: str, old: str, new: str, expected: str) -> None:
-    base, result = apply_edits(content, [Edit(old, new)], "f.txt")
+    result = apply_edits(content, [Edit(old, new)], "f.txt")
     assert result == expected
-    assert apply_patch(base, generate_unified_patch("f.txt", base, result)) == result
+    assert apply_patch(content, generate_unified_patch("f.txt", content, result)) == result
 
 
 def test_exact_match_preferred_and_rest_preserved() -> None:

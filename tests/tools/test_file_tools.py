@@ -7,15 +7,12 @@ import io
 import posixpath
 import re
 
-import pytest
 from PIL import Image
 
 from agent_side.tools import create_edit_tool, create_read_tool, create_write_tool
 from tests.tools._call import call, fail, text
 from tests.tools._patch import apply_patch
 from tests.tools.conftest import ToolWorkspace
-
-pytestmark = pytest.mark.anyio  # parametrised fixtures need the mark at collection time
 
 
 def _lines(n: int, fmt: str = "Line {}") -> str:
@@ -35,6 +32,12 @@ async def test_read_small_file_verbatim(tw: ToolWorkspace) -> None:
 async def test_read_missing_file(tw: ToolWorkspace) -> None:
     message = await fail(create_read_tool(tw.root, operations=tw.ops), path="missing.txt")
     assert message == f"ENOENT: no such file or directory, access '{tw.path('missing.txt')}'"
+
+
+async def test_read_directory(tw: ToolWorkspace) -> None:
+    tw.write("dir/inner.txt", "x")
+    message = await fail(create_read_tool(tw.root, operations=tw.ops), path="dir")
+    assert message == "EISDIR: illegal operation on a directory, read"
 
 
 async def test_read_truncates_by_lines(tw: ToolWorkspace) -> None:
@@ -209,6 +212,9 @@ async def test_edit_errors(tw: ToolWorkspace) -> None:
     missing = tw.path("missing.txt")
     message = await fail(edit, path=missing, edits=[{"oldText": "a", "newText": "b"}])
     assert message == f"Could not edit file: {missing}. Error code: ENOENT."
+    tw.write("folder/inner.txt", "x")
+    message = await fail(edit, path="folder", edits=[{"oldText": "a", "newText": "b"}])
+    assert message == "EISDIR: illegal operation on a directory, read"
     assert tw.read("foo.txt") == b"foo foo foo\n"
 
 
@@ -284,12 +290,17 @@ async def test_edit_keeps_bom_and_crlf(tw: ToolWorkspace) -> None:
 
 async def test_edit_fuzzy_keeps_untouched_lines(tw: ToolWorkspace) -> None:
     tw.write("fuzzy.py", "x = \u2018a\u2019   \ny = 1   \n")
-    await call(
+    result = await call(
         create_edit_tool(tw.root, operations=tw.ops),
         path="fuzzy.py",
         edits=[{"oldText": "x = 'a'", "newText": "x = 'b'"}],
     )
     assert tw.read("fuzzy.py") == b"x = 'b'\ny = 1   \n"
+    # The diff is taken against the file as it was, not its normalised form (as the reference).
+    assert result.details["diff"] == "-1 x = \u2018a\u2019   \n+1 x = 'b'\n 2 y = 1   "
+    assert result.details["patch"] == (
+        "--- fuzzy.py\n+++ fuzzy.py\n@@ -1,2 +1,2 @@\n-x = \u2018a\u2019   \n+x = 'b'\n y = 1   \n"
+    )
 
 
 async def test_edit_legacy_arguments(tw: ToolWorkspace) -> None:

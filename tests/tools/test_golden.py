@@ -1,21 +1,18 @@
 """The model-visible text of every tool for one fixed workspace: the same on every backend.
 
 Each call's text (result or error) is compared with ``GOLDEN``, with the backend's root shown as
-``$ROOT``. A backend whose files, errors or listings differ in any byte fails here.
+``$ROOT``. A backend whose files, errors or listings differ in any byte fails here. The error
+texts at the end are those the reference implementation prints for the same calls on disk.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from agent_side.tools import create_all_tools
 from operations._runner import CommandContext
 from tests.tools._call import call
 from tests.tools.conftest import ToolWorkspace
-
-pytestmark = pytest.mark.anyio  # parametrised fixtures need the mark at collection time
 
 WORKSPACE = {
     "README.md": "# Demo\n\nA small project.\n",
@@ -44,6 +41,12 @@ CALLS: list[tuple[str, dict[str, Any]]] = [
     ("edit", {"path": "src/app.py", "edits": [{"oldText": "def", "newText": "fn"}]}),
     ("read", {"path": "../escape.txt"}),
     ("bash", {"command": "echo hello; exit 2"}),
+    ("read", {"path": "src"}),
+    ("write", {"path": "README.md/x", "content": "y"}),
+    ("write", {"path": "src", "content": "y"}),
+    ("edit", {"path": "docs", "edits": [{"oldText": "a", "newText": "b"}]}),
+    ("ls", {"path": "README.md"}),
+    ("read", {"path": "README.md/x"}),
 ]
 
 GOLDEN = [
@@ -65,6 +68,12 @@ GOLDEN = [
     "context to make it unique.",
     "ESCAPES_ROOT: path escapes the workspace root, access '$PARENT/escape.txt'",
     "hello\n\n\nCommand exited with code 2",
+    "EISDIR: illegal operation on a directory, read",
+    "EEXIST: file already exists, mkdir '$ROOT/README.md'",
+    "EISDIR: illegal operation on a directory, open '$ROOT/src'",
+    "EISDIR: illegal operation on a directory, read",
+    "Not a directory: $ROOT/README.md",
+    "ENOTDIR: not a directory, access '$ROOT/README.md/x'",
 ]
 
 

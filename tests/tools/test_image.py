@@ -95,3 +95,12 @@ def test_undecodable_bmp_is_omitted() -> None:
     result = process_image(b"BM" + b"\0" * 40, "image/bmp")
     assert result.data is None
     assert result.omitted == CONVERSION_FAILED
+
+
+def test_fit_rounds_like_the_reference() -> None:
+    """3000x1000 is displayed at 2000x667 by the reference (rounded, not floored)."""
+    result = process_image(_encode((3000, 1000), "JPEG"), "image/jpeg")
+    assert result.hints == [
+        "[Image: original 3000x1000, displayed at 2000x667. Multiply coordinates by 1.50 to map "
+        "to original image.]"
+    ]

@@ -6,8 +6,6 @@ import pytest
 
 from agent_side.tools._paths import expand_path, resolve_read_path, resolve_to_cwd
 
-pytestmark = pytest.mark.anyio  # parametrised async tests need the mark at collection
-
 HOME = "/home/u"
 CWD = "/ws/sub"
 

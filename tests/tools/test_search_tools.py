@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
-
 from agent_side.tools import (
     create_find_tool,
     create_grep_tool,
@@ -12,8 +10,6 @@ from agent_side.tools import (
 )
 from tests.tools._call import call, fail, text
 from tests.tools.conftest import ToolWorkspace
-
-pytestmark = pytest.mark.anyio  # parametrised fixtures need the mark at collection time
 
 
 async def test_grep_single_file(tw: ToolWorkspace) -> None:

@@ -74,3 +74,11 @@ def test_truncate_line_counts_utf16_units() -> None:
     text, cut = truncate_line("😀" * 300)  # 600 UTF-16 units
     assert cut
     assert text == "😀" * 250 + "... [truncated]"
+
+
+def test_truncate_line_never_leaves_half_a_character() -> None:
+    """Parity exception: the reference leaves a lone surrogate where the cut splits an emoji."""
+    text, cut = truncate_line("a" + "😀" * 300)
+    assert cut
+    assert text == "a" + "😀" * 249 + "\ufffd... [truncated]"
+    text.encode("utf-8")  # valid text, unlike a lone surrogate
