@@ -8,13 +8,23 @@ stderr and a non-zero status, never a traceback.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import asyncssh
 import pytest
 
-from ._run import Served, assert_one_line_failure, closed_port, opsbroker, serving
+from ._run import (
+    REPO,
+    Served,
+    assert_one_line_failure,
+    cli_env,
+    closed_port,
+    opsbroker,
+    serving,
+)
 
 EXIT_TOOL_ERROR, EXIT_USAGE, EXIT_BACKEND = 1, 2, 3
 
@@ -318,3 +328,29 @@ def test_run_wrong_token(served: Served, tmp_path: Path) -> None:
 def test_run_unknown_scheme(tmp_path: Path) -> None:
     proc = opsbroker("run", "nope:", str(_write_batch(tmp_path, BATCH)))
     assert "unknown backend scheme" in assert_one_line_failure(proc, EXIT_USAGE)
+
+
+def test_call_over_a_unix_socket_needs_no_token(tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "hello.txt").write_text("hi there\n")
+    sock = tmp_path / "b.sock"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "broker._cli", "serve", "--root", str(root), "--quiet",
+         "--grpc", f"unix:{sock}"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=cli_env(),
+        cwd=REPO,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        assert "on grpc unix:" in proc.stdout.readline()
+        result = opsbroker("call", f"grpc+unix://{sock}", "read", '{"path": "hello.txt"}')
+        assert (result.returncode, result.stdout) == (0, "hi there\n"), result.stderr
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
+        assert proc.stdout is not None
+        proc.stdout.close()
