@@ -8,6 +8,9 @@ The tool runtime: ``_tool`` (the three tool layers), ``_messages`` (messages, re
 ``_schema`` (publishing pydantic parameters), ``_validate`` (argument coercion and validation),
 ``_loop`` (``execute_tool_calls``), ``_registry`` (registered and active tools) and
 ``_mutation_queue`` (per-file serialisation of read-modify-write tools).
+
+The ``opsbroker call`` and ``opsbroker run`` commands: ``_cli_call`` and ``_cli_run``, sharing
+``_cli`` (backend options, input parsing, one-line failures); see ``docs/cli.md``.
 """
 
 from ._connect import connect as connect

@@ -15,6 +15,9 @@ __all__ = ["SUBCOMMANDS", "main"]
 
 SUBCOMMANDS = [
     "broker._cli_serve",
+    "broker._cli_audit",
+    "agent_side._cli_call",
+    "agent_side._cli_run",
 ]
 
 

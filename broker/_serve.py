@@ -14,6 +14,7 @@ import importlib
 import importlib.metadata
 import os
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -301,13 +302,6 @@ class BrokerServer:
             host_key=config.ssh_host_key or default_token_file().parent / "ssh_host_ed25519_key",
             command_timeout=config.ssh_command_timeout,
         )
-        enforcement = self.enforcement
-
-        def guard(core: Backend, principal: str, peer: str | None) -> Backend:
-            # Each SSH connection meets the same policy and audit as a gRPC caller.
-            assert enforcement is not None
-            return enforcement.wrap(core, principal=principal, transport="ssh", peer=peer)
-
         for address in config.ssh:
             host, _, port = address.rpartition(":")
             if not host or not port.isdigit():
@@ -315,16 +309,23 @@ class BrokerServer:
             Path(options.host_key).parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             try:
                 frontend = await ssh.start_ssh_server(
-                    backend,
-                    options,
-                    host.strip("[]"),
-                    int(port),
-                    guard=guard if enforcement is not None else None,
+                    backend, options, host.strip("[]"), int(port), guard=self._ssh_guard()
                 )
             except OSError as exc:
                 raise InvalidArgument("serve", address, f"cannot listen: {exc}") from None
             self._ssh.append(frontend)
             self.ssh_addresses.append(f"{host}:{frontend.port}")
+
+    def _ssh_guard(self) -> Callable[[Backend, str, str | None], Backend] | None:
+        """Policy and audit around the core for each SSH connection, as for gRPC calls."""
+        enforcement = self.enforcement
+        if enforcement is None:
+            return None
+
+        def guard(core: Backend, principal: str, peer: str | None) -> Backend:
+            return enforcement.wrap(core, principal=principal, transport="ssh", peer=peer)
+
+        return guard
 
     async def wait_closed(self) -> None:
         """Return when the server has stopped."""
