@@ -453,8 +453,6 @@ class SSHBackend:
     # -- LsOperations, FindOperations, GrepOperations, FileSystemOperations --
 
     async def exists(self, path: str) -> bool:
-        if isinstance(path, str) and not _is_utf8(path):
-            return False  # no name the wire can carry: nothing the broker serves is there
         path = _text("exists", path)
         return (await self._unary("Exists", pb.PathRequest(path=path), pb.BoolReply, path)).value
 
