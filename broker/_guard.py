@@ -33,6 +33,8 @@ def resolver_beneath(root: str) -> Callable[[str], str]:
     spellings = {posixpath.normpath(root), real_root}
 
     def resolve(path: str) -> str:
+        if "\x00" in path:
+            return path  # names nothing; the core refuses it (InvalidArgument), not os.lstat
         if ".." in path.split("/"):
             return os.path.realpath(path)  # ".." after a symlink climbs from its target
         full = posixpath.normpath(path)
