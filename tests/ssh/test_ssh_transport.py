@@ -12,6 +12,7 @@ from pathlib import Path
 import asyncssh
 import pytest
 from opsbroker.v1 import broker_pb2 as pb
+from opsbroker.v1 import codec
 
 from agent_side import connect
 from agent_side._remote.ssh import SSHBackend
@@ -429,26 +430,27 @@ async def test_capabilities_describe_the_core(tmp_path: Path, dirs: tuple[str, s
     async with broker_over_ssh(tmp_path, root) as (_, client):
         reply = await client._unary("Capabilities", pb.CapabilitiesRequest(), pb.CapabilitiesReply)
         assert reply.root == root and reply.resolver in ("openat2", "walk")
-        assert reply.limits.chunk_bytes == 64 * 1024
+        assert reply.limits.chunk_bytes == codec.CHUNK_BYTES
 
 
 async def test_long_lines_and_the_frame_limit(tmp_path: Path, dirs: tuple[str, str]) -> None:
     root, _ = dirs
-    (tmp_path / "ROOT" / "long.txt").write_bytes(b"x" * 300_000 + b" needle\n")
+    line = b"x" * (codec.CHUNK_BYTES + 40_000) + b" needle"
+    (tmp_path / "ROOT" / "long.txt").write_bytes(line + b"\n")
     async with (
         Broker(root) as broker,
-        serve_over_ssh(broker, tmp_path / "keys", max_frame_size=200_000) as setup,
+        serve_over_ssh(broker, tmp_path / "keys", max_frame_size=codec.CHUNK_BYTES + 4096) as setup,
         setup.backend() as client,
     ):
-        # Files travel in 64 KiB chunks, so the frame limit never matters for them...
-        assert len(await client.read_file(f"{root}/long.txt")) == 300_008
+        # Files travel in CHUNK_BYTES chunks, so the frame limit never matters for them...
+        assert len(await client.read_file(f"{root}/long.txt")) == len(line) + 1
         # ...but one search match holds a whole line.
         with pytest.raises(TooLarge, match="exceeds the SSH frame limit"):
             [m async for m in client.search("needle", root)]
         assert await client.exists(root)
     async with broker_over_ssh(tmp_path / "default", root) as (_, client):
         (match,) = [m async for m in client.search("needle", root)]
-        assert match.line_text is not None and len(match.line_text) == 300_007
+        assert match.line_text is not None and len(match.line_text) == len(line)
 
 
 async def test_sftp_upload_without_close_is_not_committed(
