@@ -280,9 +280,6 @@ class BrokerServer:
             self.addresses.append(self._bind(server, address, credentials))
         await server.start()
         self._server = server
-        for address in self.addresses:
-            if _is_unix(address):
-                os.chmod(_unix_path(address), 0o600)
         for service in ("", SERVICE_NAME):
             await self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
 
@@ -332,7 +329,14 @@ class BrokerServer:
                 with contextlib.suppress(FileNotFoundError):
                     if Path(path).is_socket():
                         os.unlink(path)  # a stale socket from a broker that died
-                server.add_insecure_port(f"unix:{path}")
+                # gRPC creates the socket here, with the process umask: mask everything but
+                # the owner from the start, so no other user can connect before the chmod.
+                previous = os.umask(0o177)
+                try:
+                    server.add_insecure_port(f"unix:{path}")
+                finally:
+                    os.umask(previous)
+                os.chmod(path, 0o600)
                 return f"unix:{path}"
             error = bind_error(address)
             if error is not None:
