@@ -72,6 +72,8 @@ MAX_RECEIVE_MESSAGE_BYTES = 64 * 1024 * 1024  # one search match holds a whole l
 KEEPALIVE_TIME_MS = 10_000  # ping the broker during calls, so a frozen or vanished one is noticed
 KEEPALIVE_TIMEOUT_MS = 5_000  # ...and fail its calls if a ping is not answered in this time
 RECONNECT_BACKOFF_MS = (250, 1_000)  # first and longest pause between reconnect attempts
+# (grpc.min_reconnect_backoff_ms is gRPC's minimum *connect timeout*, 20 s: left alone, so a
+# slow TLS handshake over a long path is not cut.)
 
 _FROM_STATUS: dict[grpc.StatusCode, type[OpsError]] = {
     grpc.StatusCode.NOT_FOUND: NotFound,
@@ -157,7 +159,6 @@ class GrpcBackend:
             ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
             ("grpc.http2.max_pings_without_data", 0),  # keep pinging through a silent exec
             ("grpc.initial_reconnect_backoff_ms", RECONNECT_BACKOFF_MS[0]),
-            ("grpc.min_reconnect_backoff_ms", RECONNECT_BACKOFF_MS[0]),
             ("grpc.max_reconnect_backoff_ms", RECONNECT_BACKOFF_MS[1]),
             *options,
         ]

@@ -24,8 +24,9 @@ from pathlib import Path
 
 import pytest
 
-from broker import is_loopback_address
+from broker import BrokerConfig, BrokerServer, is_loopback_address
 from broker._serve import DEFAULT_GRPC_ADDRESS
+from operations import InvalidArgument
 
 from ._run import COMMAND_TIMEOUT_S, REPO, SERVE_READY_S, cli_env
 
@@ -239,3 +240,14 @@ def test_serve_errors_are_one_line(
 )
 def test_is_loopback_address(address: str, loopback: bool) -> None:
     assert is_loopback_address(address) is loopback
+
+
+async def test_in_process_broker_refuses_a_network_address_without_authentication(
+    tmp_path: Path, workspace: Path
+) -> None:
+    config = BrokerConfig(root=workspace, grpc=["127.0.0.1:0", "0.0.0.0:0"])
+    server = BrokerServer(config)
+    with pytest.raises(InvalidArgument, match="not a loopback address"):
+        await server.start()
+    assert server.addresses == [] and server.tokens is None  # refused before anything else
+    await server.stop()
