@@ -29,6 +29,7 @@ from ._landlock import landlock_abi as landlock_abi
 from ._resolver import Root as Root
 from ._serve import BrokerConfig as BrokerConfig
 from ._serve import BrokerServer as BrokerServer
+from ._serve import is_loopback_address as is_loopback_address
 from ._serve import serve as serve
 
 __all__ = [
@@ -42,6 +43,7 @@ __all__ = [
     "Root",
     "Sandbox",
     "SandboxUnavailable",
+    "is_loopback_address",
     "landlock_abi",
     "serve",
     "verify_files",

@@ -1,18 +1,33 @@
-"""``opsbroker serve``: run a broker until SIGINT or SIGTERM."""
+"""``opsbroker serve``: run a broker until SIGINT or SIGTERM.
+
+``opsbroker serve --root DIR`` alone serves gRPC on loopback (:data:`DEFAULT_GRPC_ADDRESS`, or a
+free loopback port when that one is taken) with a generated token, and prints how to connect.
+Every failure is one line on stderr and exit status 1 (2 for usage errors).
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import logging
+import shlex
 import signal
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
+import pydantic
+
 from operations import OpsError
 
-from ._serve import BrokerConfig, BrokerServer
+from ._serve import (
+    DEFAULT_GRPC_ADDRESS,
+    BrokerConfig,
+    BrokerServer,
+    bind_error,
+    is_loopback_address,
+)
 
 __all__ = ["add_parser", "run"]
 
@@ -28,7 +43,11 @@ def add_parser(subparsers: Any) -> None:
         "--grpc",
         action="append",
         metavar="ADDR",
-        help="listen address: HOST:PORT or unix:/path.sock (repeatable; default 127.0.0.1:7443)",
+        help=(
+            f"listen address: HOST:PORT or unix:/path.sock (repeatable; default "
+            f"{DEFAULT_GRPC_ADDRESS}, or a free loopback port if it is taken). An address that "
+            "is not loopback needs --token-file (or mutual TLS in --config)"
+        ),
     )
     parser.add_argument(
         "--ssh",
@@ -64,10 +83,34 @@ def _config(args: argparse.Namespace) -> BrokerConfig:
     if args.ssh and not args.grpc:
         overrides["grpc"] = []  # --ssh alone serves SSH only
     if args.config is not None:
-        return BrokerConfig.from_toml(args.config, **overrides)
-    if args.root is None:
-        raise SystemExit("opsbroker serve: --root DIR is required (or --config FILE)")
-    return BrokerConfig.model_validate({k: v for k, v in overrides.items() if v is not None})
+        config = BrokerConfig.from_toml(args.config, **overrides)
+    elif args.root is None:
+        raise _Usage("--root DIR is required (or --config FILE)")
+    else:
+        config = BrokerConfig.model_validate({k: v for k, v in overrides.items() if v is not None})
+    if "grpc" not in config.model_fields_set and bind_error(DEFAULT_GRPC_ADDRESS) is not None:
+        # Nobody asked for this port: rather than fail, serve on any free loopback port.
+        print(f"opsbroker: {DEFAULT_GRPC_ADDRESS} is in use; using a free port", flush=True)
+        config = config.model_copy(update={"grpc": ["127.0.0.1:0"]})
+    return config
+
+
+class _Usage(Exception):
+    """A usage error of ``opsbroker serve`` (exit status 2)."""
+
+
+def _how_to_connect(server: BrokerServer) -> str | None:
+    """A ready-to-paste ``opsbroker call`` for the first gRPC address, or ``None`` (mTLS only)."""
+    for address in server.addresses:
+        if address.startswith("unix:"):
+            url = "grpc+unix://" + address.removeprefix("unix:")
+            return f"opsbroker call {shlex.quote(url)} ls '{{}}'"
+        if server.token_file is not None:
+            if not is_loopback_address(address):  # a wildcard or a name: say which host to use
+                address = "THIS-HOST:" + address.rpartition(":")[2]
+            token = shlex.quote(str(server.token_file))
+            return f"opsbroker call grpc://{address} --token-file {token} ls '{{}}'"
+    return None
 
 
 async def _serve(config: BrokerConfig) -> None:
@@ -85,6 +128,9 @@ async def _serve(config: BrokerConfig) -> None:
         print(f"opsbroker: principals: {server.principal_model}", flush=True)
         if server.token_file is not None:
             print(f"opsbroker: token file: {server.token_file}", flush=True)
+        example = _how_to_connect(server)
+        if example is not None:
+            print(f"opsbroker: connect with: {example}", flush=True)
         await stop.wait()
         print("opsbroker: stopping (draining calls, killing commands)", flush=True)
     finally:
@@ -101,7 +147,26 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = _config(args)
         asyncio.run(_serve(config))
+    except _Usage as exc:
+        return _fail(f"{exc} (see 'opsbroker serve --help')", 2)
     except OpsError as exc:
-        print(f"opsbroker serve: {exc}", file=sys.stderr)
-        return 1
+        return _fail(str(exc))
+    except pydantic.ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'config'}: {e['msg']}" for e in exc.errors()
+        )
+        return _fail(f"invalid configuration: {problems}")
+    except tomllib.TOMLDecodeError as exc:
+        return _fail(f"invalid TOML in {args.config}: {exc}")
+    except OSError as exc:
+        where = f" {exc.filename!r}" if exc.filename else ""
+        return _fail(f"cannot read{where}: {exc.strerror or exc}")
+    except KeyboardInterrupt:
+        return _fail("interrupted", 130)
     return 0
+
+
+def _fail(message: str, status: int = 1) -> int:
+    line = " ".join(message.split())  # one line, whatever the message held
+    print(f"opsbroker serve: {line}", file=sys.stderr, flush=True)
+    return status

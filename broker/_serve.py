@@ -12,7 +12,10 @@ import asyncio
 import contextlib
 import importlib
 import importlib.metadata
+import ipaddress
+import logging
 import os
+import socket
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
@@ -32,7 +35,16 @@ from ._auth import TokenTable
 from ._frontends.grpc import SERVICE_NAME, Authenticator, AuthInterceptor, BrokerServicer
 from ._guard import Enforcement
 
-__all__ = ["BrokerConfig", "BrokerServer", "default_token_file", "serve"]
+__all__ = [
+    "DEFAULT_GRPC_ADDRESS",
+    "BrokerConfig",
+    "BrokerServer",
+    "default_token_file",
+    "is_loopback_address",
+    "serve",
+]
+
+DEFAULT_GRPC_ADDRESS = "127.0.0.1:7443"  # loopback only: nothing off this machine can reach it
 
 MAX_RECEIVE_MESSAGE_BYTES = 4 * 1024 * 1024  # requests carry 64 KiB chunks; 4 MiB is ample
 MAX_SEND_MESSAGE_BYTES = 64 * 1024 * 1024  # one search match holds a whole line, however long
@@ -43,6 +55,8 @@ MIN_CLIENT_PING_INTERVAL_MS = 5_000  # clients may ping us this often without be
 CLEANUP_TIMEOUT_S = 5.0  # at stop, for helper processes of cancelled calls to be reaped
 
 _HEALTH_METHODS = ("/grpc.health.v1.Health/Check", "/grpc.health.v1.Health/Watch")
+
+_log = logging.getLogger("opsbroker.serve")
 
 
 def default_token_file() -> Path:
@@ -60,13 +74,16 @@ class BrokerConfig(BaseModel):
     ``grpc`` lists listen addresses: ``HOST:PORT`` (port 0 picks a free one), ``[::1]:PORT``,
     ``unix:/path/to.sock``. TCP needs authentication: bearer tokens from ``token_file`` (created,
     mode 0600, with one fresh token when missing; default :func:`default_token_file`) or mutual
-    TLS (``tls_client_ca``). A Unix socket is guarded by its file permissions (0600).
+    TLS (``tls_client_ca``). A Unix socket is guarded by its file permissions (0600). A TCP
+    address that is not loopback needs authentication configured on purpose: an explicit
+    ``token_file`` or ``tls_client_ca`` (a token generated behind the operator's back is for
+    loopback only).
     """
 
     model_config = ConfigDict(extra="forbid")
 
     root: Path
-    grpc: list[str] = Field(default_factory=lambda: ["127.0.0.1:7443"])
+    grpc: list[str] = Field(default_factory=lambda: [DEFAULT_GRPC_ADDRESS])
     token_file: Path | None = None
     tls_cert: Path | None = None
     tls_key: Path | None = None
@@ -116,6 +133,47 @@ def _is_unix(address: str) -> bool:
     return address.startswith("unix:")
 
 
+def is_loopback_address(address: str) -> bool:
+    """Whether ``address`` (``HOST:PORT``) can only be reached from this machine: a loopback IP
+    literal (``127.0.0.0/8``, ``[::1]``) or ``localhost``. Anything else, a wildcard, a host name
+    or an address form we do not parse included, counts as reachable from the network."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        return False
+    host = host.removeprefix("[").removesuffix("]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def bind_error(address: str) -> OSError | None:
+    """Why the TCP ``address`` (``HOST:PORT``) cannot be listened on now, or ``None``.
+
+    Asked before gRPC binds, because gRPC reports a failed bind only as a generic message plus a
+    log line on stderr.
+    """
+    host, _, port = address.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")
+    try:
+        infos = socket.getaddrinfo(host or None, int(port), type=socket.SOCK_STREAM)
+    except (OSError, ValueError) as exc:
+        return exc if isinstance(exc, OSError) else OSError(str(exc))
+    error: OSError | None = None
+    for family, kind, proto, _name, sockaddr in infos:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC binds
+            try:
+                probe.bind(sockaddr)
+            except OSError as exc:
+                error = error or exc
+                continue
+        return None  # gRPC listens if it can bind any of the host's addresses
+    return error
+
+
 def _unix_path(address: str) -> str:
     rest = address.removeprefix("unix:")
     return rest[2:] if rest.startswith("//") else rest
@@ -163,9 +221,11 @@ class BrokerServer:
         """Open the backend and listen on every configured address.
 
         Raises:
-            InvalidArgument: an address cannot be bound, or the TLS files are incomplete.
+            InvalidArgument: an address cannot be bound, the TLS files are incomplete, or an
+                address reachable from the network has no authentication configured.
         """
         config = self.config
+        self._check_exposure()
         if self._backend is None:
             # The core is imported only when needed: front-ends never depend on it otherwise.
             core = importlib.import_module("broker._core")
@@ -220,11 +280,30 @@ class BrokerServer:
             self.addresses.append(self._bind(server, address, credentials))
         await server.start()
         self._server = server
-        for address in self.addresses:
-            if _is_unix(address):
-                os.chmod(_unix_path(address), 0o600)
         for service in ("", SERVICE_NAME):
             await self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
+
+    def _check_exposure(self) -> None:
+        """Refuse a network-reachable address unless authentication was configured on purpose;
+        warn when bearer tokens would cross the network in clear text."""
+        config = self.config
+        exposed = [a for a in config.grpc if not _is_unix(a) and not is_loopback_address(a)]
+        if not exposed:
+            return
+        if config.token_file is None and config.tls_client_ca is None:
+            raise InvalidArgument(
+                "serve",
+                exposed[0],
+                "not a loopback address, and no authentication is configured; "
+                "give --token-file FILE (or tls_client_ca for mutual TLS), "
+                "or listen on 127.0.0.1",
+            )
+        if config.tls_cert is None:
+            _log.warning(
+                "WARNING: %s is reachable from the network without TLS: bearer tokens and "
+                "file contents cross it in clear text; set tls_cert and tls_key",
+                ", ".join(exposed),
+            )
 
     def _tls_credentials(self) -> grpc.ServerCredentials | None:
         config = self.config
@@ -250,14 +329,25 @@ class BrokerServer:
                 with contextlib.suppress(FileNotFoundError):
                     if Path(path).is_socket():
                         os.unlink(path)  # a stale socket from a broker that died
-                server.add_insecure_port(f"unix:{path}")
+                # gRPC creates the socket here, with the process umask: mask everything but
+                # the owner from the start, so no other user can connect before the chmod.
+                previous = os.umask(0o177)
+                try:
+                    server.add_insecure_port(f"unix:{path}")
+                finally:
+                    os.umask(previous)
+                os.chmod(path, 0o600)
                 return f"unix:{path}"
+            error = bind_error(address)
+            if error is not None:
+                raise InvalidArgument("serve", address, f"cannot listen: {error.strerror or error}")
             if credentials is not None:
                 port = server.add_secure_port(address, credentials)
             else:
                 port = server.add_insecure_port(address)
         except RuntimeError as exc:
-            raise InvalidArgument("serve", address, f"cannot listen: {exc}") from None
+            reason = str(exc).split(";")[0]  # not gRPC's advice to set GRPC_VERBOSITY
+            raise InvalidArgument("serve", address, f"cannot listen: {reason}") from None
         host = address.rsplit(":", 1)[0]
         return f"{host}:{port}"
 

@@ -7,8 +7,11 @@ operation called first opens it too. ``ops.root`` before that raises
 :class:`~operations.Unavailable`.
 
 Errors come back as the ``operations`` type the broker raised (op, path, reason, rule). Calls that
-only read are retried once the channel reconnects when the broker was unreachable; calls that
-change something are never retried.
+only read are retried when the broker was unreachable, if it answers again within
+``reconnect_wait`` seconds; calls that change something are never retried. A broker that dies
+(its connection closes) fails a call with :class:`~operations.Unavailable` within
+``reconnect_wait``, not ``call_timeout``; one that stops answering (a frozen process, a host
+gone) is noticed by keepalive pings within ``KEEPALIVE_TIME_MS + KEEPALIVE_TIMEOUT_MS``.
 
 **Cancellation:** cancelling the awaiting task cancels the RPC, and the broker stops the work.
 For ``exec``, cancelling the task (or aborting its signal) first asks the broker to kill the tree
@@ -64,9 +67,13 @@ __all__ = ["CALL_TIMEOUT", "EXEC_GRACE", "GrpcBackend", "open_from_url"]
 CALL_TIMEOUT = 300.0  # seconds for any call but exec: a dead broker cannot hang a tool forever
 EXEC_GRACE = 10.0  # seconds beyond an exec's own timeout before the client gives up on the broker
 RECONNECT_ATTEMPTS = 3  # tries of a read-only call while the broker is unreachable
+RECONNECT_WAIT = 5.0  # seconds a read-only call waits for an unreachable broker to come back
 MAX_RECEIVE_MESSAGE_BYTES = 64 * 1024 * 1024  # one search match holds a whole line
-KEEPALIVE_TIME_MS = 30_000  # ping the broker when idle, so a vanished broker is noticed
-KEEPALIVE_TIMEOUT_MS = 10_000
+KEEPALIVE_TIME_MS = 10_000  # ping the broker during calls, so a frozen or vanished one is noticed
+KEEPALIVE_TIMEOUT_MS = 5_000  # ...and fail its calls if a ping is not answered in this time
+RECONNECT_BACKOFF_MS = (250, 1_000)  # first and longest pause between reconnect attempts
+# (grpc.min_reconnect_backoff_ms is gRPC's minimum *connect timeout*, 20 s: left alone, so a
+# slow TLS handshake over a long path is not cut.)
 
 _FROM_STATUS: dict[grpc.StatusCode, type[OpsError]] = {
     grpc.StatusCode.NOT_FOUND: NotFound,
@@ -123,6 +130,7 @@ class GrpcBackend:
         credentials: TLS channel credentials (``grpcs``), or ``None`` for plaintext.
         call_timeout: deadline of every call but ``exec``, in seconds.
         exec_grace: how long past an exec's timeout (or an abort) to wait for the broker.
+        reconnect_wait: how long a read-only call waits for an unreachable broker to answer.
         options: extra gRPC channel options.
     """
 
@@ -134,6 +142,7 @@ class GrpcBackend:
         credentials: grpc.ChannelCredentials | None = None,
         call_timeout: float = CALL_TIMEOUT,
         exec_grace: float = EXEC_GRACE,
+        reconnect_wait: float = RECONNECT_WAIT,
         options: Sequence[tuple[str, Any]] = (),
     ) -> None:
         self.target = target
@@ -143,10 +152,14 @@ class GrpcBackend:
         self._credentials = credentials
         self._call_timeout = call_timeout
         self._exec_grace = exec_grace
+        self._reconnect_wait = reconnect_wait
         self._options = [
             ("grpc.max_receive_message_length", MAX_RECEIVE_MESSAGE_BYTES),
             ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
             ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+            ("grpc.http2.max_pings_without_data", 0),  # keep pinging through a silent exec
+            ("grpc.initial_reconnect_backoff_ms", RECONNECT_BACKOFF_MS[0]),
+            ("grpc.max_reconnect_backoff_ms", RECONNECT_BACKOFF_MS[1]),
             *options,
         ]
         self._channel: grpc.aio.Channel | None = None
@@ -239,13 +252,18 @@ class GrpcBackend:
         self, op: str, path: str | None, rpc: Any, request: Any, *, idempotent: bool = True
     ) -> Any:
         attempts = RECONNECT_ATTEMPTS if idempotent else 1
+        give_up = asyncio.get_running_loop().time() + self._reconnect_wait
         for attempt in range(attempts):
+            if attempt:
+                await self._reconnected(op, path, give_up)
             try:
+                # Never wait_for_ready: a broker that is down fails the call now, not at its
+                # deadline; the bounded wait for a reconnect is _reconnected's.
                 return await rpc(
                     request,
                     timeout=self._call_timeout,
                     metadata=self._metadata,
-                    wait_for_ready=attempt > 0,
+                    wait_for_ready=False,
                 )
             except grpc.aio.AioRpcError as exc:
                 if exc.code() is grpc.StatusCode.UNAVAILABLE and attempt + 1 < attempts:
@@ -258,12 +276,15 @@ class GrpcBackend:
     ) -> AsyncIterator[Any]:
         """The replies of a server-streaming call. Retried only before its first reply."""
         attempts = RECONNECT_ATTEMPTS if idempotent else 1
+        give_up = asyncio.get_running_loop().time() + self._reconnect_wait
         for attempt in range(attempts):
+            if attempt:
+                await self._reconnected(op, path, give_up)
             call = rpc(
                 request,
                 timeout=self._call_timeout,
                 metadata=self._metadata,
-                wait_for_ready=attempt > 0,
+                wait_for_ready=False,
             )
             started = False
             try:
@@ -281,6 +302,22 @@ class GrpcBackend:
                 raise _error(exc, op, path) from None
             finally:
                 call.cancel()
+
+    async def _reconnected(self, op: str, path: str | None, give_up: float) -> None:
+        """Wait until the channel is connected again, or raise Unavailable at ``give_up``."""
+        channel = self._channel
+        if channel is None:
+            raise Unavailable(op, path, "the backend has been closed; connect() again")
+        try:
+            async with asyncio.timeout_at(give_up):
+                await channel.channel_ready()
+        except TimeoutError:
+            raise Unavailable(
+                op,
+                path,
+                f"the broker at {self.target} does not answer (waited {self._reconnect_wait:g} s "
+                "for it to come back); is it running?",
+            ) from None
 
     async def _call(self, op: str, path: str | None, method: str, request: Any) -> Any:
         stub = await self._ensure()
@@ -591,9 +628,9 @@ def open_from_url(parts: urllib.parse.SplitResult, options: dict[str, Any]) -> G
     """The ``connect()`` factory for ``grpc://HOST:PORT``, ``grpcs://HOST:PORT`` and
     ``grpc+unix:///PATH``.
 
-    Options: ``token`` (default ``$OPSBROKER_TOKEN``), ``call_timeout``, ``exec_grace``; for
-    ``grpcs``: ``ca_file`` (the broker's CA; default the system roots), ``client_cert`` and
-    ``client_key`` (mutual TLS), ``server_name`` (override the name checked in the certificate).
+    Options: ``token`` (default ``$OPSBROKER_TOKEN``), ``call_timeout``, ``exec_grace``,
+    ``reconnect_wait``; for ``grpcs``: ``ca_file`` (the broker's CA; default the system roots),
+    ``client_cert`` and ``client_key`` (mutual TLS), ``server_name`` (override the name checked in the certificate).
     """
     options = dict(options)
     url = urllib.parse.urlunsplit(parts)
@@ -620,7 +657,7 @@ def open_from_url(parts: urllib.parse.SplitResult, options: dict[str, Any]) -> G
         server_name = options.pop("server_name", None)
         if server_name:
             channel_options.append(("grpc.ssl_target_name_override", server_name))
-    known = {"call_timeout", "exec_grace"}
+    known = {"call_timeout", "exec_grace", "reconnect_wait"}
     unknown = sorted(set(options) - known)
     if unknown:
         raise InvalidArgument("connect", url, f"unknown option(s) {', '.join(unknown)}")

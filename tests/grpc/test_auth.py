@@ -141,6 +141,30 @@ async def test_unix_socket_needs_no_token_and_is_private(tmp_path: Path) -> None
             assert await ops.read_file("/workspace/a") == b"1"
 
 
+async def test_unix_socket_is_private_from_its_creation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No window in which another user could connect: the socket gRPC creates is 0600 at once,
+    even under a permissive umask (checked right after gRPC creates it, before start)."""
+    sock = tmp_path / "c.sock"
+    modes: list[int] = []
+    add = grpc.aio._server.Server.add_insecure_port
+
+    def recording(self: grpc.aio.Server, address: str) -> int:
+        port = add(self, address)
+        modes.append(stat.S_IMODE(os.stat(sock).st_mode))
+        return port
+
+    monkeypatch.setattr(grpc.aio._server.Server, "add_insecure_port", recording)
+    previous = os.umask(0o000)
+    try:
+        async with serving(tmp_path, InMemoryOperations({}), grpc=[f"unix:{sock}"]):
+            assert os.umask(0o000) == 0o000  # and the broker gave the process umask back
+    finally:
+        os.umask(previous)
+    assert modes and modes[0] & 0o077 == 0, oct(modes[0])
+
+
 async def test_policy_and_audit_apply_per_principal(tmp_path: Path) -> None:
     from broker._audit import read_records
 
