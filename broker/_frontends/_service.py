@@ -35,9 +35,9 @@ from operations import (
     InvalidArgument,
     KillReason,
     TooLarge,
+    read_chunks,
+    write_chunks,
 )
-
-from ._chunked import read_chunks, write_chunks
 
 __all__ = ["DEFAULT_MAX_UPLOAD_BYTES", "METHODS", "Call", "Service"]
 
