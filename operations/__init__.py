@@ -44,6 +44,7 @@ from ._memory import OpRecord as OpRecord
 from ._memory import SeedValue as SeedValue
 from ._memory import Symlink as Symlink
 from ._policy import AuditPolicy as AuditPolicy
+from ._policy import CommandEnvCache as CommandEnvCache
 from ._policy import EnvPolicy as EnvPolicy
 from ._policy import ExecPolicy as ExecPolicy
 from ._policy import Policy as Policy
@@ -85,6 +86,7 @@ __all__ = [
     "BashOperations",
     "ChunkedFileOperations",
     "CommandContext",
+    "CommandEnvCache",
     "CommandRunner",
     "Dir",
     "DirEntry",

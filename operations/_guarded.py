@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import os
 import posixpath
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping, Sequence
@@ -36,7 +35,7 @@ from typing import Protocol, Self
 from ._abort import AbortController, AbortSignal
 from ._chunked import read_chunks, write_chunks
 from ._errors import EscapesRoot, OpsError, PolicyDenied, TooLarge, Unavailable
-from ._policy import Policy, PolicyEnforcer, build_command_env
+from ._policy import CommandEnvCache, Policy, PolicyEnforcer
 from ._protocols import Backend, PowerShellOperations
 from ._types import DirEntry, ExecResult, FileKind, FileStat, KillReason, OnData, SearchMatch
 
@@ -116,7 +115,7 @@ class GuardedBackend:
         }
         self._resolve = resolve
         self._real_root: str | None = None
-        self._parent_env = parent_env
+        self._env = CommandEnvCache(parent_env)
         self._close_inner = close_inner
         self._powershell = _GuardedPowerShell(self)
 
@@ -483,9 +482,7 @@ class GuardedBackend:
             if written is None and resolved is None:
                 enforced = self.enforcer.check_exec(op, cwd, shell, timeout)
             entry.set(timeout=enforced)
-            full_env = build_command_env(
-                self.policy, os.environ if self._parent_env is None else self._parent_env, env
-            )
+            full_env = self._env.build(self.policy, env)
             result = await self._run_limited(
                 shell, command, cwd, on_data, signal, enforced, full_env, entry
             )
