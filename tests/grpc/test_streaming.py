@@ -82,6 +82,32 @@ async def test_core_streams_both_ways_and_fails_without_trace(tmp_path: Path) ->
         assert _leftovers(tmp_path) == []
 
 
+async def test_core_cancelled_midway_leaves_no_file_and_no_fd(tmp_path: Path) -> None:
+    (tmp_path / "big.bin").write_bytes(b"y" * (8 * MiB))
+    fds = len(os.listdir("/proc/self/fd"))
+    stalled = asyncio.Event()
+
+    async def stalls() -> AsyncIterator[bytes]:
+        async for piece in _pattern(3 * MiB):
+            yield piece
+        stalled.set()
+        await asyncio.Event().wait()  # a client that never finishes its upload
+        yield b""
+
+    async with Broker(str(tmp_path)) as core:
+        writing = asyncio.create_task(core.write_chunks(f"{tmp_path}/new.bin", stalls()))
+        await asyncio.wait_for(stalled.wait(), 10)
+        assert len(_leftovers(tmp_path)) == 1  # the temp file, beside the target
+        writing.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await writing
+        reading = core.read_chunks(f"{tmp_path}/big.bin", chunk_size=MiB)
+        assert len(await anext(reading)) == MiB
+        await reading.aclose()  # stop reading midway
+    assert not (tmp_path / "new.bin").exists() and _leftovers(tmp_path) == []
+    assert len(os.listdir("/proc/self/fd")) == fds
+
+
 async def test_guard_limits_streams_and_audits_totals(tmp_path: Path) -> None:
     root = tmp_path / "ROOT"
     root.mkdir()
@@ -127,9 +153,17 @@ async def test_grpc_client_streams_and_a_failing_stream_writes_nothing(tmp_path:
         with pytest.raises(Boom):
             await ops.write_chunks(f"{root}/half.bin", _pattern(8 * MiB, fail_after=4 * MiB))
         assert not (root / "half.bin").exists()
-        assert _leftovers(root) == []
+        await _until_no_leftovers(root)  # the broker sees the cancellation a moment later
         await ops.write_chunks(f"{root}/empty", _pattern(0))
         assert (root / "empty").read_bytes() == b""
+
+
+async def _until_no_leftovers(directory: Path) -> None:
+    for _ in range(500):  # at most ~5 s
+        if not _leftovers(directory):
+            return
+        await asyncio.sleep(0.01)
+    assert _leftovers(directory) == []
 
 
 def _status(pid: int, field: str) -> int:
