@@ -21,7 +21,6 @@ from typing import Any, Self, TypeVar
 from operations import (
     AbortSignal,
     DirEntry,
-    EscapesRoot,
     ExecResult,
     FileKind,
     FileStat,
@@ -282,10 +281,10 @@ class Broker:
     async def exists(self, path: str) -> bool:
         try:
             self._root.stat("exists", path)
-        except (InvalidArgument, Unavailable, EscapesRoot):
+        except (InvalidArgument, Unavailable):
             raise
         except OpsError:
-            return False  # missing, dangling, a loop, not a directory: nothing usable there
+            return False  # missing, dangling, a loop, leading outside: nothing usable there
         return True
 
     async def stat(self, path: str) -> FileStat:

@@ -33,7 +33,6 @@ from operations import (
     IsADirectory,
     NotADirectory,
     NotFound,
-    OpsError,
     PermissionDenied,
     TooLarge,
     TooManyLinks,
@@ -392,18 +391,19 @@ class Root:
     def _is_dir_beneath(self, op: str, path: str, parts: list[bytes]) -> bool:
         """Whether ``parts`` resolves, links followed beneath the root, to a directory.
 
-        Anything else (a dangling link, a loop, a link out of the root) is ``False``: mkdir
-        then reports the existing name as AlreadyExists, as mkdir(2) does, wherever it points."""
+        ``False`` for a dangling link or one naming a file (mkdir then says AlreadyExists); a link
+        that leaves the root or loops raises EscapesRoot / TooManyLinks, as the other operations
+        do (the conformance suite pins it)."""
         try:
             self._at(op, path, [*parts, b"."], stat_dir)
-        except (OSError, OpsError):
+        except (NotFound, NotADirectory, FileNotFoundError, NotADirectoryError):
             return False
         return True
 
     def remove(self, op: str, path: str, *, recursive: bool = False) -> None:
         """Remove a file, a symlink (never its target) or a directory (empty unless recursive)."""
         parts, must_be_dir = self._split_mutation(op, path)
-        self._check_names(op, path, parts, "remove")
+        self._check_names(op, path, parts, must_be_dir, "remove")
 
         def remove(d: int, n: bytes) -> None:
             info = os.stat(n, dir_fd=d, follow_symlinks=False)
@@ -425,8 +425,8 @@ class Root:
         never followed. Both parents are resolved beneath the root."""
         src, src_dir = self._split_mutation(op, source)
         dst, dst_dir = self._split_mutation(op, destination)
-        self._check_names(op, source, src, "rename")
-        self._check_names(op, destination, dst, "rename")
+        self._check_names(op, source, src, src_dir, "rename")
+        self._check_names(op, destination, dst, dst_dir, "rename")
 
         def inner(sd: int, sn: bytes) -> None:
             if src_dir or dst_dir:
@@ -476,7 +476,8 @@ class Root:
         if must_be_dir or parts[-1] in (b".", b".."):
             # "name/" asks for a directory: writing a file there is never possible.
             with self._errors(op, path):
-                self._at(op, path, [*parts, b"."], stat_follow)  # NotFound if nothing is there
+                with contextlib.suppress(NotFound, FileNotFoundError):  # resolved: escapes say so
+                    self._at(op, path, [*parts, b"."], stat_follow)
                 raise IsADirectory(op, path)
 
         def replace(d: int, n: bytes) -> T:
@@ -494,10 +495,14 @@ class Root:
         with self._errors(op, path):
             return self._at(op, path, parts, replace)
 
-    def _check_names(self, op: str, path: str, parts: list[bytes], what: str) -> None:
-        """Refuse the root, ``.`` and ``..`` as the object of ``what``, before resolving anything
-        (as the memory backend does; the conformance suite pins it). A trailing slash after a
-        link is refused by the operation itself (NotADirectory: name the link without it)."""
+    def _check_names(
+        self, op: str, path: str, parts: list[bytes], must_be_dir: bool, what: str
+    ) -> None:
+        """Refuse the root, ``.`` and ``..`` as the object of ``what``; before that, resolve a
+        path that names a directory (``..``, a trailing slash) so that an escape says so."""
+        if must_be_dir or parts[-1] in (b".", b".."):
+            with self._errors(op, path), contextlib.suppress(NotFound, FileNotFoundError):
+                self._at(op, path, [*parts, b"."] if parts[-1] != b"." else parts, lstat_at)
         if parts == [b"."]:
             raise InvalidArgument(op, path, f"cannot {what} the workspace root")
         if parts[-1] in (b".", b".."):

@@ -17,6 +17,7 @@ Paths resolve beneath :attr:`root` (default ``/workspace``) with the rules of
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import stat as stat_module
 import time
@@ -31,7 +32,6 @@ from ._abort import AbortSignal
 from ._errors import (
     AlreadyExists,
     DirectoryNotEmpty,
-    EscapesRoot,
     InvalidArgument,
     IsADirectory,
     NotADirectory,
@@ -39,7 +39,6 @@ from ._errors import (
     NotRegularFile,
     OpsError,
     TooLarge,
-    TooManyLinks,
     Unavailable,
 )
 from ._mime import SNIFF_BYTES, sniff_image_mime_type
@@ -249,6 +248,10 @@ class InMemoryOperations:
 
     @contextmanager
     def _op(self, op: str, path: str, detail: str | None = None) -> Iterator[None]:
+        for value in (path, detail) if op == "rename" else (path,):
+            if not isinstance(value, str):
+                self.log.append(OpRecord(op, repr(path), InvalidArgument.code, detail))
+                raise InvalidArgument(op, repr(value), "a path must be a string")
         if self._closed:
             error = Unavailable(op, path, "the memory backend is closed")
             self.log.append(OpRecord(op, path, error.code, detail))
@@ -299,14 +302,17 @@ class InMemoryOperations:
     def _mutation_path(self, op: str, path: str) -> str:
         """The path remove and rename act on, checked before resolving anything.
 
-        A trailing ``/`` or ``/.`` means "a directory", kept as one trailing ``/``; a final ``.``
-        or ``..`` is refused (InvalidArgument), and so is a symlink named with a trailing slash
-        (NotADirectory: the link is named without it), as in the broker core.
+        A trailing ``/`` or ``/.`` means "a directory", kept as one trailing ``/``. Such a path,
+        or one ending in ``.`` or ``..``, is first resolved (an escape is EscapesRoot); then the
+        root, a final ``.`` or ``..`` are refused (InvalidArgument), and so is a symlink named
+        with a trailing slash (NotADirectory: the link is named without it), as in the broker
+        core.
         """
-        bare = path
-        while bare.endswith(("/", "/.")) and bare.rstrip("/.") != "":
-            bare = bare[:-1] if bare.endswith("/") else bare[:-2]
-        wants_dir = bare != path
+        bare, wants_dir = _strip_dir_suffix(path)
+        if wants_dir or bare.rsplit("/", 1)[-1] in (".", ".."):
+            # A path that names a directory is resolved first, so that an escape says so.
+            with contextlib.suppress(NotFound):
+                self.vfs.resolve(op, path, follow=True)
         if bare.rsplit("/", 1)[-1] in (".", "..") or not self.vfs.relative(op, bare).strip("/"):
             raise InvalidArgument(
                 op, path, "cannot act on the root or a path ending in '.' or '..'"
@@ -348,12 +354,16 @@ class InMemoryOperations:
             data = content.encode() if isinstance(content, str) else content
             if self.max_write_bytes is not None and len(data) > self.max_write_bytes:
                 raise TooLarge(op, path, f"{len(data)} bytes; the limit is {self.max_write_bytes}")
+            if path.endswith("/") or path.rsplit("/", 1)[-1] in (".", ".."):
+                # "name/" asks for a directory: writing a file there is never possible. Resolve
+                # it first anyway, so that an escape or a loop says so.
+                with contextlib.suppress(NotFound):
+                    self.vfs.resolve(op, path, follow=True)
+                raise IsADirectory(op, path)
             resolved = self.vfs.resolve(op, path, follow=True)
             node = resolved.node
             if resolved.name is None or isinstance(node, DirNode):
                 raise IsADirectory(op, path)
-            if node is None and resolved.dir_required:
-                raise NotFound(op, path, "no such directory (a trailing slash names a directory)")
             if isinstance(node, SpecialNode):
                 raise NotRegularFile(op, path)
             self.vfs.require_writable_dir(op, path, resolved.parent)
@@ -368,14 +378,13 @@ class InMemoryOperations:
         op = "mkdir"
         with self._op(op, path):
             # A path ending in ".." names an existing directory; nothing is created for it.
-            create = path.rstrip("/").rsplit("/", 1)[-1] != ".."
+            create = _strip_dir_suffix(path)[0].rsplit("/", 1)[-1] != ".."
             try:
                 resolved = self.vfs.resolve(op, path, follow=True, create_dirs=create)
-            except (EscapesRoot, TooManyLinks, NotADirectory):
-                # An existing final name that is not a directory (a file, or a link that leads
-                # nowhere allowed) is simply "already exists", as mkdir(2) says of any existing
-                # name; other failures are reported as such.
-                if self._final_entry(op, path) is not None:
+            except NotADirectory:
+                # "file/": an existing name that is not a directory is "already exists", as
+                # mkdir(2) says; a file on the way ("file/sub") stays NotADirectory.
+                if isinstance(self._final_entry(op, path), FileNode | SpecialNode):
                     raise AlreadyExists(op, path) from None
                 raise
             node = resolved.node
@@ -392,7 +401,9 @@ class InMemoryOperations:
         with self._op("exists", path):
             try:
                 return self.vfs.resolve("exists", path, follow=True).node is not None
-            except (NotFound, NotADirectory, TooManyLinks):
+            except InvalidArgument:
+                raise
+            except OpsError:
                 return False
 
     async def stat(self, path: str) -> FileStat:
@@ -615,6 +626,15 @@ class InMemoryOperations:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+def _strip_dir_suffix(path: str) -> tuple[str, bool]:
+    """``path`` without its trailing ``/`` and ``/.`` runs, and whether it had any (a directory
+    is meant)."""
+    bare = path
+    while bare.endswith(("/", "/.")) and bare.rstrip("/.") != "":
+        bare = bare[:-1] if bare.endswith("/") else bare[:-2]
+    return bare, bare != path
 
 
 class MemoryPowerShell:

@@ -82,12 +82,7 @@ class EditOperations(Protocol):
 @runtime_checkable
 class LsOperations(Protocol):
     async def exists(self, path: str) -> bool:
-        """``True`` if ``path`` resolves (following links) to something inside the root.
-
-        ``False`` when nothing is there: missing, a file where a directory was needed, a link
-        loop. A path or link leading outside the root still raises EscapesRoot (and a malformed
-        path InvalidArgument), so a tool can say why.
-        """
+        """``True`` if ``path`` resolves (following links) to something inside the root."""
         ...
 
     async def stat(self, path: str) -> FileStat:

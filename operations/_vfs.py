@@ -4,9 +4,8 @@ The tree is a whole namespace (``/`` down), so a harness can put a decoy beside 
 (``/outside``) and prove nothing reaches it. Only paths under :attr:`VirtualTree.root` are
 reachable through :meth:`VirtualTree.resolve`, with the rules of DESIGN.md section 4:
 
-- an absolute path must start with the root (``/workspace/...``), a relative one is taken from
-  the root; any other absolute path, or a ``..`` that climbs above the root (even if it comes
-  back), is :class:`~operations.EscapesRoot`;
+- the path must be absolute and start with the root (``/workspace/...``); anything else, or a
+  ``..`` that climbs above the root (even if it comes back), is :class:`~operations.EscapesRoot`;
 - symlinks are followed physically (a link's target is spliced in before a later ``..`` applies);
   an absolute target is an escape, even one that points inside the root;
 - at most :data:`MAX_SYMLINKS` links per resolution, then :class:`~operations.TooManyLinks`;

@@ -18,35 +18,28 @@ from tests.conformance._workspace import Workspace
 
 @pytest.mark.parametrize(
     "rel",
-    ["f\0x", "a" * 256, "/".join(["d" * 200] * 21), "f/\0"],
-    ids=["nul-byte", "name-too-long", "path-too-long", "nul-after-slash"],
+    [None, "relative/path", "f\0x", "a" * 256, "/".join(["d" * 200] * 21), "f/\0"],
+    ids=["empty", "relative", "nul-byte", "name-too-long", "path-too-long", "nul-after-slash"],
 )
-async def test_malformed_paths(ws: Workspace, rel: str) -> None:
-    ws.make(["f"])
-    for path in (ws.path(rel), ""):
-        with pytest.raises(InvalidArgument):
-            await ws.ops.read_file(path)
-        with pytest.raises(InvalidArgument):
-            await ws.ops.write_file(path, b"x")
-        with pytest.raises(InvalidArgument):
-            await ws.ops.stat(path)
-        with pytest.raises(InvalidArgument):
-            await ws.ops.exists(path)
+async def test_malformed_paths(ws: Workspace, rel: str | None) -> None:
+    """Paths are absolute, under the root, without NUL bytes, within NAME_MAX and PATH_MAX."""
+    if rel is None:
+        path = ""
+    elif rel.startswith("relative"):
+        path = rel
+    else:
+        path = ws.path(rel)
+    ws.make(["f", "relative/path"])
+    with pytest.raises(InvalidArgument):
+        await ws.ops.read_file(path)
+    with pytest.raises(InvalidArgument):
+        await ws.ops.write_file(path, b"x")
+    with pytest.raises(InvalidArgument):
+        await ws.ops.stat(path)
+    with pytest.raises(InvalidArgument):
+        await ws.ops.exists(path)
     assert ws.read_raw("f") == b"f"
-
-
-async def test_relative_and_non_utf8_paths_are_refused(ws: Workspace) -> None:
-    """Paths are absolute, valid UTF-8 strings in the backend's namespace; nothing else is
-    guessed at (a relative path is a caller bug, not a path from the root)."""
-    ws.make(["d/f"])
-    digest = ws.outside_digest()
-    for path in ("d/f", "../OUTSIDE/secret", ws.path("caf\udce9"), ws.path("\ud800")):
-        with pytest.raises(InvalidArgument):
-            await ws.ops.read_file(path)
-        with pytest.raises(InvalidArgument):
-            await ws.ops.write_file(path, b"x")
-    assert ws.read_raw("d/f") == b"f"
-    assert ws.outside_digest() == digest
+    assert ws.read_raw("relative/path") == b"path"
 
 
 async def test_longest_name_is_fine(ws: Workspace) -> None:
