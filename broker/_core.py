@@ -14,9 +14,9 @@ import functools
 import importlib
 import os
 import stat as st
-from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterable, Callable, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 from operations import (
     AbortSignal,
@@ -37,6 +37,7 @@ from operations._search import LineMatcher, search_file
 from operations._walk import glob_paths
 
 from . import _rg, _treewalk
+from ._dirfd import AtomicFile, errno_error
 from ._resolver import Root
 
 __all__ = ["DEFAULT_MAX_READ_BYTES", "Broker"]
@@ -44,6 +45,9 @@ __all__ = ["DEFAULT_MAX_READ_BYTES", "Broker"]
 DEFAULT_MAX_READ_BYTES = 64 * 1024 * 1024  # a tool call never needs more; guards broker memory
 INLINE_READ_BYTES = 256 * 1024  # smaller files are read on the event loop (a thread hop costs more)
 READ_CHUNK = 1024 * 1024
+WRITE_BATCH = 1024 * 1024  # streamed pieces are gathered to this size: one thread hop per MiB
+T = TypeVar("T")
+
 IMAGE_SNIFF_BYTES = 16  # enough for every signature detect_image_mime_type knows
 
 
@@ -84,15 +88,44 @@ def _read_fd(fd: int, limit: int, size: int = -1) -> bytes:
             raise OverflowError
 
 
-def _forget(threads: set[asyncio.Future[None]]) -> Callable[[asyncio.Future[None]], None]:
+def _forget(threads: set[asyncio.Future[Any]]) -> Callable[[asyncio.Future[Any]], None]:
     """A done-callback: drop a finished thread job (and retrieve its error, so none is logged)."""
 
-    def done(future: asyncio.Future[None]) -> None:
+    def done(future: asyncio.Future[Any]) -> None:
         threads.discard(future)
         if not future.cancelled():
             future.exception()
 
     return done
+
+
+class _FdJobs:
+    """Blocking calls on one open file, run one at a time in threads.
+
+    A cancelled caller does not stop a call already running, so the file is released through
+    :meth:`then`, after the last call ends; the broker's ``aclose`` waits for the calls too.
+    """
+
+    __slots__ = ("_last", "_threads")
+
+    def __init__(self, threads: set[asyncio.Future[Any]]) -> None:
+        self._threads = threads
+        self._last: asyncio.Future[Any] | None = None
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        future = asyncio.get_running_loop().run_in_executor(None, fn, *args)
+        self._last = future
+        self._threads.add(future)
+        future.add_done_callback(_forget(self._threads))
+        return await asyncio.shield(future)
+
+    def then(self, cleanup: Callable[[], None]) -> None:
+        """Run ``cleanup`` now, or when the call still running in a thread ends."""
+        last = self._last
+        if last is None or last.done():
+            cleanup()
+        else:
+            last.add_done_callback(lambda _: cleanup())
 
 
 def image_mime_type(head: bytes) -> str | None:
@@ -136,7 +169,7 @@ class Broker:
         self._fsync = fsync
         self._use_rg = _rg.usable() if search_engine == "auto" else search_engine == "rg"
         self._processes: Any = None
-        self._threads: set[asyncio.Future[None]] = set()
+        self._threads: set[asyncio.Future[Any]] = set()
         self._closed = False
 
     # --- identity -----------------------------------------------------------------------------
@@ -203,6 +236,35 @@ class Broker:
         finally:
             os.close(fd)
 
+    async def read_chunks(
+        self, path: str, *, chunk_size: int = READ_CHUNK
+    ) -> AsyncGenerator[bytes, None]:
+        """``read_file`` in pieces of at most ``chunk_size`` bytes, for files of any size.
+
+        The same confinement and errors as ``read_file`` (raised before the first piece), but
+        not its ``max_read_bytes``: only one piece is in memory at a time (a policy bounds the
+        size, see ``GuardedBackend.read_chunks``). Files above ``INLINE_READ_BYTES`` are read in
+        threads.
+        """
+        if chunk_size < 1:
+            raise InvalidArgument("read_file", path, f"chunk_size must be >= 1, got {chunk_size}")
+        fd, info = self._root.open_file("read_file", path)
+        jobs = _FdJobs(self._threads)
+        try:
+            inline = info.st_size <= INLINE_READ_BYTES
+            while True:
+                if inline:
+                    piece = os.read(fd, chunk_size)
+                else:
+                    piece = await jobs.run(os.read, fd, chunk_size)
+                if not piece:
+                    return
+                yield piece
+        except OSError as exc:
+            raise errno_error("read_file", path, exc) from None
+        finally:
+            jobs.then(functools.partial(os.close, fd))
+
     def _too_large(self, path: str) -> TooLarge:
         return TooLarge("read_file", path, f"larger than the read limit of {self._max_read} bytes")
 
@@ -245,6 +307,40 @@ class Broker:
     async def write_file(self, path: str, content: bytes | str) -> None:
         data = content.encode("utf-8") if isinstance(content, str) else bytes(content)
         self._root.write("write_file", path, data, fsync=self._fsync)
+
+    async def write_chunks(self, path: str, chunks: AsyncIterable[bytes]) -> None:
+        """``write_file`` with content that arrives in pieces, for files of any size.
+
+        The same confinement, atomicity and errors as ``write_file``: the pieces go to a temp
+        file beside ``path`` (created through the parent directory's fd) that is renamed over
+        ``path`` at the end. If ``chunks`` raises, or the call is cancelled, the temp file is
+        removed and nothing is visible at ``path``.
+        """
+        target = self._root.open_atomic("write_file", path)
+        jobs = _FdJobs(self._threads)
+        threaded = False
+        try:
+            batch = bytearray()
+            async for piece in chunks:
+                batch += piece
+                if len(batch) >= WRITE_BATCH:
+                    data, batch = batch, bytearray()
+                    threaded = True
+                    await jobs.run(target.write, data)
+            if threaded or self._fsync or len(batch) > INLINE_READ_BYTES:
+                await jobs.run(self._finish_write, target, batch)
+            else:
+                self._finish_write(target, batch)
+        except OSError as exc:
+            jobs.then(target.discard)
+            raise errno_error("write_file", path, exc) from None
+        except BaseException:
+            jobs.then(target.discard)
+            raise
+
+    def _finish_write(self, target: AtomicFile, rest: bytearray) -> None:
+        target.write(rest)
+        target.commit(self._fsync)
 
     async def mkdir(self, path: str) -> None:
         self._root.mkdir("mkdir", path, parents=True)

@@ -31,6 +31,7 @@ from operations import (
 
 __all__ = [
     "NEW_FILE_MODE",
+    "AtomicFile",
     "FollowLink",
     "atomic_write",
     "errno_error",
@@ -170,26 +171,80 @@ os.umask(_UMASK)
 NEW_FILE_MODE = 0o666 & ~_UMASK  # what open(2) would give a new file
 
 
+class AtomicFile:
+    """A new file being written beside ``name`` in directory ``dirfd``, invisible until
+    :meth:`commit` renames it over ``name``; :meth:`discard` removes it instead.
+
+    It owns ``dirfd`` from the start (closed by ``commit`` and ``discard``, or at once if the
+    temp file cannot be created), so a file written across many calls
+    keeps its directory even if the path is renamed meanwhile. ``old`` is the file it replaces:
+    its mode (and, when allowed, owner) is kept.
+    """
+
+    __slots__ = ("_dirfd", "_fd", "_name", "_old", "_temp")
+
+    def __init__(self, dirfd: int, name: bytes, old: os.stat_result | None) -> None:
+        self._temp = b".opsbroker-" + secrets.token_hex(8).encode() + b".tmp"
+        try:
+            self._fd = os.open(
+                self._temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW, 0o600, dir_fd=dirfd
+            )
+        except BaseException:
+            os.close(dirfd)
+            raise
+        self._dirfd, self._name, self._old = dirfd, name, old
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self._fd, view) :]
+
+    def commit(self, fsync: bool) -> None:
+        """Give the file its final mode, flush it if asked, and rename it over ``name``."""
+        try:
+            old = self._old
+            if old is not None:
+                with contextlib.suppress(OSError):
+                    os.fchown(self._fd, old.st_uid, old.st_gid)
+            os.fchmod(self._fd, st.S_IMODE(old.st_mode) if old is not None else NEW_FILE_MODE)
+            if fsync:
+                os.fsync(self._fd)
+            self._close_file()
+            os.rename(self._temp, self._name, src_dir_fd=self._dirfd, dst_dir_fd=self._dirfd)
+        except BaseException:
+            self.discard()
+            raise
+        self._close_dir()
+
+    def discard(self) -> None:
+        """Remove the temp file and release both fds (after a failure; never raises; does
+        nothing after ``commit``)."""
+        self._close_file()
+        if self._dirfd >= 0:
+            with contextlib.suppress(OSError):
+                os.unlink(self._temp, dir_fd=self._dirfd)
+            self._close_dir()
+
+    def _close_dir(self) -> None:
+        if self._dirfd >= 0:
+            fd, self._dirfd = self._dirfd, -1
+            os.close(fd)
+
+    def _close_file(self) -> None:
+        if self._fd >= 0:
+            fd, self._fd = self._fd, -1
+            os.close(fd)
+
+
 def atomic_write(
     dirfd: int, name: bytes, data: bytes, old: os.stat_result | None, fsync: bool
 ) -> None:
-    temp = b".opsbroker-" + secrets.token_hex(8).encode() + b".tmp"
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW, 0o600, dir_fd=dirfd)
+    """Replace ``name`` in ``dirfd`` with ``data`` through an :class:`AtomicFile`
+    (``dirfd`` stays the caller's)."""
+    target = AtomicFile(os.dup(dirfd), name, old)
     try:
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            if old is not None:
-                with contextlib.suppress(OSError):
-                    os.fchown(fd, old.st_uid, old.st_gid)
-            os.fchmod(fd, st.S_IMODE(old.st_mode) if old is not None else NEW_FILE_MODE)
-            if fsync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.rename(temp, name, src_dir_fd=dirfd, dst_dir_fd=dirfd)
+        target.write(data)
     except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temp, dir_fd=dirfd)
+        target.discard()
         raise
+    target.commit(fsync)

@@ -41,6 +41,7 @@ from operations import (
 
 from . import _openat2
 from ._dirfd import (
+    AtomicFile,
     FollowLink,
     atomic_write,
     errno_error,
@@ -458,6 +459,19 @@ class Root:
         kept."""
         if max_bytes is not None and len(data) > max_bytes:
             raise TooLarge(op, path, f"{len(data)} bytes exceed the write limit of {max_bytes}")
+        self._replace(op, path, lambda d, n, old: atomic_write(d, n, data, old, fsync))
+
+    def open_atomic(self, op: str, path: str) -> AtomicFile:
+        """Start replacing or creating the file at ``path`` as :meth:`write` does, for content
+        that arrives in pieces: write them to the returned file, then ``commit`` (or
+        ``discard``). Nothing is visible at ``path`` before ``commit``."""
+        return self._replace(op, path, lambda d, n, old: AtomicFile(os.dup(d), n, old))
+
+    def _replace(
+        self, op: str, path: str, fn: Callable[[int, bytes, os.stat_result | None], T]
+    ) -> T:
+        """Resolve ``path`` for writing a regular file and call ``fn(parent_fd, name, old)``,
+        ``old`` being the ``lstat`` of the regular file it replaces (``None`` if there is none)."""
         parts, must_be_dir = self._split_mutation(op, path)
         if must_be_dir or parts[-1] in (b".", b".."):
             # "name/" asks for a directory: writing a file there is never possible.
@@ -466,7 +480,7 @@ class Root:
                     self._at(op, path, [*parts, b"."], stat_follow)
                 raise IsADirectory(op, path)
 
-        def write(d: int, n: bytes) -> None:
+        def replace(d: int, n: bytes) -> T:
             try:
                 old: os.stat_result | None = os.stat(n, dir_fd=d, follow_symlinks=False)
             except FileNotFoundError:
@@ -476,10 +490,10 @@ class Root:
                     raise FollowLink
                 if not st.S_ISREG(old.st_mode):
                     raise kind_error(op, path, old.st_mode)
-            atomic_write(d, n, data, old, fsync)
+            return fn(d, n, old)
 
         with self._errors(op, path):
-            self._at(op, path, parts, write)
+            return self._at(op, path, parts, replace)
 
     def _check_names(
         self, op: str, path: str, parts: list[bytes], must_be_dir: bool, what: str

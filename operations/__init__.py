@@ -10,6 +10,9 @@ nothing here imports ``broker`` or ``agent_side``; both depend on this package.
 from ._abort import AbortController as AbortController
 from ._abort import AbortSignal as AbortSignal
 from ._abort import abort_scope as abort_scope
+from ._chunked import ChunkedFileOperations as ChunkedFileOperations
+from ._chunked import read_chunks as read_chunks
+from ._chunked import write_chunks as write_chunks
 from ._errors import ERROR_TYPES as ERROR_TYPES
 from ._errors import Aborted as Aborted
 from ._errors import AlreadyExists as AlreadyExists
@@ -41,6 +44,7 @@ from ._memory import OpRecord as OpRecord
 from ._memory import SeedValue as SeedValue
 from ._memory import Symlink as Symlink
 from ._policy import AuditPolicy as AuditPolicy
+from ._policy import CommandEnvCache as CommandEnvCache
 from ._policy import EnvPolicy as EnvPolicy
 from ._policy import ExecPolicy as ExecPolicy
 from ._policy import Policy as Policy
@@ -80,7 +84,9 @@ __all__ = [
     "AuditSink",
     "Backend",
     "BashOperations",
+    "ChunkedFileOperations",
     "CommandContext",
+    "CommandEnvCache",
     "CommandRunner",
     "Dir",
     "DirEntry",
@@ -133,4 +139,6 @@ __all__ = [
     "error_from_code",
     "glob_matches",
     "load_policy",
+    "read_chunks",
+    "write_chunks",
 ]

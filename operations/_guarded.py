@@ -25,17 +25,17 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import os
 import posixpath
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import Protocol, Self
 
 from ._abort import AbortController, AbortSignal
+from ._chunked import read_chunks, write_chunks
 from ._errors import EscapesRoot, OpsError, PolicyDenied, TooLarge, Unavailable
-from ._policy import Policy, PolicyEnforcer, build_command_env
+from ._policy import CommandEnvCache, Policy, PolicyEnforcer
 from ._protocols import Backend, PowerShellOperations
 from ._types import DirEntry, ExecResult, FileKind, FileStat, KillReason, OnData, SearchMatch
 
@@ -44,6 +44,9 @@ __all__ = ["AuditSink", "GuardedBackend"]
 MAX_TREE_CHECK = 10_000
 """Entries a recursive remove or a directory rename may hold to be checked against
 ``deny_write``; a larger tree is refused rather than moved unchecked."""
+
+STREAM_CHUNK = 1024 * 1024
+"""Default piece size of :meth:`GuardedBackend.read_chunks` (the caller usually picks one)."""
 
 REFUSALS: tuple[type[OpsError], ...] = (PolicyDenied, EscapesRoot)
 """Errors recorded with decision ``deny`` (a security decision), not ``error``."""
@@ -112,7 +115,7 @@ class GuardedBackend:
         }
         self._resolve = resolve
         self._real_root: str | None = None
-        self._parent_env = parent_env
+        self._env = CommandEnvCache(parent_env)
         self._close_inner = close_inner
         self._powershell = _GuardedPowerShell(self)
 
@@ -216,6 +219,31 @@ class GuardedBackend:
                 )
             entry.set(bytes_out=len(data))
             return data
+
+    async def read_chunks(
+        self, path: str, *, chunk_size: int = STREAM_CHUNK
+    ) -> AsyncIterator[bytes]:
+        """``read_file`` in pieces (:class:`~operations.ChunkedFileOperations`): the same checks
+        and one audit line (op ``read_file``, total ``bytes_out``); ``max_read_bytes`` is enforced
+        as the pieces pass, so a file growing past it still ends in ``TooLarge``."""
+        async with self._audited("read_file", path) as entry:
+            self._check("read_file", path, entry)
+            limit = self.policy.max_read_bytes
+            sent = 0
+            pieces = read_chunks(self.inner, path, chunk_size)
+            try:
+                async for piece in pieces:
+                    sent += len(piece)
+                    if sent > limit:
+                        raise TooLarge(
+                            "read_file",
+                            path,
+                            f"file is larger than the policy's max_read_bytes ({limit})",
+                        )
+                    entry.set(bytes_out=sent)
+                    yield piece
+            finally:
+                await pieces.aclose()
 
     async def access(self, path: str, *, writable: bool = False) -> None:
         async with self._audited("access", path, writable=writable) as entry:
@@ -325,6 +353,31 @@ class GuardedBackend:
                 )
             await self.inner.write_file(path, content)
 
+    async def write_chunks(self, path: str, chunks: AsyncIterable[bytes]) -> None:
+        """``write_file`` with content in pieces (:class:`~operations.ChunkedFileOperations`):
+        the same checks and one audit line (op ``write_file``, total ``bytes_in``); past
+        ``max_write_bytes`` the stream is refused with ``TooLarge`` and nothing is written."""
+        async with self._audited("write_file", path) as entry:
+            self._check("write_file", path, entry, write=True)
+            limit = self.policy.max_write_bytes
+            received = 0
+
+            async def counted() -> AsyncIterator[bytes]:
+                nonlocal received
+                async for piece in chunks:
+                    received += len(piece)
+                    entry.set(bytes_in=received)
+                    if received > limit:
+                        raise TooLarge(
+                            "write_file",
+                            path,
+                            f"content is more than the policy's max_write_bytes ({limit})",
+                        )
+                    yield piece
+
+            entry.set(bytes_in=0)
+            await write_chunks(self.inner, path, counted())
+
     async def mkdir(self, path: str) -> None:
         async with self._audited("mkdir", path) as entry:
             self._check("mkdir", path, entry, write=True)
@@ -429,9 +482,7 @@ class GuardedBackend:
             if written is None and resolved is None:
                 enforced = self.enforcer.check_exec(op, cwd, shell, timeout)
             entry.set(timeout=enforced)
-            full_env = build_command_env(
-                self.policy, os.environ if self._parent_env is None else self._parent_env, env
-            )
+            full_env = self._env.build(self.policy, env)
             result = await self._run_limited(
                 shell, command, cwd, on_data, signal, enforced, full_env, entry
             )

@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import fnmatch
 import functools
+import os
 import re
 import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -37,6 +38,7 @@ from ._glob import GlobMatcher, compile_glob, translate_glob
 
 __all__ = [
     "AuditPolicy",
+    "CommandEnvCache",
     "EnvPolicy",
     "ExecPolicy",
     "Policy",
@@ -472,3 +474,40 @@ def build_command_env(
     if overrides:
         env.update(overrides)
     return env
+
+
+class CommandEnvCache:
+    """:func:`build_command_env` for one policy, without matching every name of the parent
+    environment against every ``env.inherit`` glob on each command.
+
+    The inherited part (allowlisted names plus ``env.set``) is kept while the parent environment
+    and the policy stay the same; a change to either (``os.environ`` mutated at run time, say) is
+    seen by one dict comparison per call, so the result is always what ``build_command_env``
+    would return.
+
+    Args:
+        parent: the environment names are copied from; ``None`` for this process's, read at
+            each call.
+    """
+
+    __slots__ = ("_base", "_parent", "_policy", "_seen")
+
+    def __init__(self, parent: Mapping[str, str] | None = None) -> None:
+        self._parent = parent
+        self._policy: Policy | None = None
+        self._seen: Mapping[Any, Any] | None = None
+        self._base: dict[str, str] = {}
+
+    def build(self, policy: Policy, overrides: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The complete environment for a command under ``policy`` (see ``build_command_env``)."""
+        parent = os.environ if self._parent is None else self._parent
+        # os.environ keeps its raw (encoded) items in `_data`: comparing those decodes nothing.
+        raw = getattr(parent, "_data", None) if self._parent is None else None
+        current: Mapping[Any, Any] = raw if isinstance(raw, dict) else parent
+        if policy is not self._policy or current != self._seen:
+            self._base = build_command_env(policy, parent)
+            self._policy, self._seen = policy, dict(current)
+        env = dict(self._base)
+        if overrides:
+            env.update(overrides)
+        return env

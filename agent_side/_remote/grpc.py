@@ -24,7 +24,7 @@ import asyncio
 import inspect
 import os
 import urllib.parse
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, NoReturn, Self
@@ -339,6 +339,25 @@ class GrpcBackend:
             pieces += chunk.data
         return bytes(pieces)
 
+    async def read_chunks(
+        self, path: str, *, chunk_size: int = CHUNK_BYTES
+    ) -> AsyncIterator[bytes]:
+        """``read_file`` in pieces of at most ``chunk_size`` bytes, never holding the whole file.
+
+        An optional extension beyond the Operations protocols
+        (:class:`~operations.ChunkedFileOperations`); errors are those of ``read_file``.
+        """
+        _check("read_file", path)
+        if chunk_size < 1:
+            raise InvalidArgument("read_file", path, f"chunk_size must be >= 1, got {chunk_size}")
+        stub = await self._ensure()
+        async for chunk in self._stream(
+            "read_file", path, stub.ReadFile, pb.PathRequest(path=path)
+        ):
+            data = chunk.data
+            for start in range(0, len(data), chunk_size):
+                yield data[start : start + chunk_size]
+
     async def access(self, path: str, *, writable: bool = False) -> None:
         _check("access", path)
         await self._call("access", path, "Access", pb.AccessRequest(path=path, writable=writable))
@@ -362,6 +381,40 @@ class GrpcBackend:
         try:
             await stub.WriteFile(messages(), timeout=self._call_timeout, metadata=self._metadata)
         except grpc.aio.AioRpcError as exc:
+            raise _error(exc, "write_file", path) from None
+
+    async def write_chunks(self, path: str, chunks: AsyncIterable[bytes]) -> None:
+        """``write_file`` with content that arrives in pieces, never holding the whole file.
+
+        An optional extension beyond the Operations protocols
+        (:class:`~operations.ChunkedFileOperations`). The broker writes atomically: if ``chunks``
+        raises or the call is cancelled, the stream is cancelled, nothing is written, and the
+        error propagates.
+        """
+        _check("write_file", path)
+        stub = await self._ensure()
+        failure: list[BaseException] = []
+
+        async def messages() -> AsyncIterator[pb.WriteFileRequest]:
+            yield pb.WriteFileRequest(path=path)
+            try:
+                async for piece in chunks:
+                    for part in _pieces(piece, CHUNK_BYTES):
+                        if part:
+                            yield pb.WriteFileRequest(data=part)
+            except BaseException as exc:
+                failure.append(exc)
+                call.cancel()
+                raise
+
+        call = stub.WriteFile(messages(), timeout=self._call_timeout, metadata=self._metadata)
+        try:
+            await call
+        except (grpc.aio.AioRpcError, asyncio.CancelledError) as exc:
+            if failure:
+                raise failure[0] from None
+            if isinstance(exc, asyncio.CancelledError):
+                raise
             raise _error(exc, "write_file", path) from None
 
     async def mkdir(self, path: str) -> None:
@@ -606,6 +659,9 @@ def _check(op: str, path: object, *texts: object) -> None:
             raise InvalidArgument(
                 op, shown, f"{value!r} is not valid UTF-8 (the broker accepts UTF-8 names only)"
             ) from None
+
+
+_pieces = chunks  # `write_chunks` names its argument `chunks`, as the protocol does
 
 
 def _p(path: str) -> pb.PathRequest:

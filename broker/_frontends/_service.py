@@ -35,9 +35,9 @@ from operations import (
     InvalidArgument,
     KillReason,
     TooLarge,
+    read_chunks,
+    write_chunks,
 )
-
-from ._chunked import read_chunks, write_chunks
 
 __all__ = ["DEFAULT_MAX_UPLOAD_BYTES", "METHODS", "Call", "Service"]
 
@@ -47,7 +47,8 @@ SHUTDOWN: Final = object()
 """The abort reason of commands killed because the broker stops (reported as ``SHUTDOWN``)."""
 
 DEFAULT_MAX_UPLOAD_BYTES: Final = 1024 * 1024 * 1024
-"""Most bytes one WriteFile may stream in: the broker buffers a file before its atomic write."""
+"""Most bytes one WriteFile may stream in (the core streams to a temp file, but a backend without
+``write_chunks`` buffers the whole file before its atomic write)."""
 
 
 class Call(Protocol):

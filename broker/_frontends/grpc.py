@@ -40,10 +40,11 @@ from operations import (
     KillReason,
     OpsError,
     Timeout,
+    read_chunks,
+    write_chunks,
 )
 
 from .._guard import Enforcement
-from ._chunked import read_chunks, write_chunks
 from ._grpcauth import Authenticator, AuthInterceptor
 from ._grpcwire import SERVICE_NAME, CallScope, Undecodable, current_principal
 

@@ -15,6 +15,7 @@ POLICY_NAMES = {
     "PolicyEnforcer",
     "PolicyError",
     "SandboxPolicy",
+    "CommandEnvCache",
     "build_command_env",
     "glob_matches",
     "load_policy",

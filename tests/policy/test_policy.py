@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from operations import (
+    CommandEnvCache,
     Policy,
     PolicyDenied,
     PolicyEnforcer,
@@ -164,6 +166,32 @@ def test_command_env_leaks_nothing_but_the_allowlist() -> None:
     env = build_command_env(policy, parent, {"FOO": "bar"})
     assert env == {"PATH": "/usr/bin", "LC_ALL": "C", "CI": "1", "FOO": "bar"}
     assert build_command_env(Policy(), {"GITHUB_TOKEN": "t", "HOME": "/h"}) == {"HOME": "/h"}
+
+
+def test_command_env_cache_follows_the_environment_and_the_policy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The cache gives what build_command_env gives, even after the environment changes."""
+    policy = Policy.from_mapping({"env": {"inherit": ["PATH", "LC_*"], "set": {"CI": "1"}}})
+    cache = CommandEnvCache()
+    monkeypatch.setenv("LC_ALL", "C")
+    for _ in range(2):
+        assert cache.build(policy) == build_command_env(policy, os.environ)
+    monkeypatch.setenv("LC_ALL", "fr_FR.UTF-8")
+    monkeypatch.setenv("LC_TIME", "C")
+    assert cache.build(policy, {"FOO": "bar"}) == build_command_env(
+        policy, os.environ, {"FOO": "bar"}
+    )
+    assert cache.build(policy)["LC_TIME"] == "C" and "FOO" not in cache.build(policy)
+    monkeypatch.delenv("LC_ALL")
+    assert "LC_ALL" not in cache.build(policy)
+    other = Policy.from_mapping({"env": {"inherit": ["LC_TIME"]}})
+    assert cache.build(other) == {"LC_TIME": "C"}
+    parent = {"PATH": "/bin", "LC_X": "1", "SECRET": "s"}
+    given = CommandEnvCache(parent)
+    assert given.build(policy) == {"PATH": "/bin", "LC_X": "1", "CI": "1"}
+    parent["LC_Y"] = "2"
+    assert given.build(policy)["LC_Y"] == "2"
 
 
 SEGMENTS = ["a", "b", ".env", "x.pem", ".git", "hooks", "id_rsa.pub", "src", "c.py", ".ssh"]

@@ -1,9 +1,10 @@
 """Whole-file operations in chunks, so a front-end never holds a whole file.
 
 The ``operations`` contract reads and writes whole files (``bytes``). A backend that can do better
-(the broker core, on disk) also offers :class:`ChunkedFileOperations`; the front-ends then stream
-files through it with bounded memory. For any other backend (the memory backend) these helpers fall
-back to the whole-file calls, which is what that backend holds in memory anyway.
+(the broker core on disk, ``GuardedBackend`` around it, the gRPC client) also offers
+:class:`ChunkedFileOperations`, an optional extension; front-ends then stream files through it with
+bounded memory. For any other backend (the memory backend) these helpers fall back to the
+whole-file calls, which is what that backend holds in memory anyway.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator
 from typing import Protocol, cast, runtime_checkable
 
-from operations import Backend, TooLarge
+from ._errors import TooLarge
+from ._protocols import Backend
 
 __all__ = ["FALLBACK_WRITE_LIMIT", "ChunkedFileOperations", "read_chunks", "write_chunks"]
 
@@ -37,7 +39,7 @@ class ChunkedFileOperations(Protocol):
         ...
 
 
-def _chunked(backend: Backend) -> bool:
+def _chunked(backend: object) -> bool:
     """Whether ``backend`` streams files (checked once per type: a protocol check is slow)."""
     kind = type(backend)
     known = _CHUNKED.get(kind)

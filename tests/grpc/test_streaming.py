@@ -1,0 +1,208 @@
+"""Files stream through the broker in pieces: ``read_chunks`` / ``write_chunks`` on the core,
+behind the policy guard, over gRPC, and on the client; a 1 GiB file round-trips through a
+separate ``opsbroker serve`` process whose memory barely grows."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from agent_side import connect
+from broker import Broker
+from operations import GuardedBackend, Policy, TooLarge
+
+from ._harness import client, serving
+from ._serve_process import serve_process
+
+MiB = 1024 * 1024
+GiB = 1024 * MiB
+RSS_GROWTH_LIMIT = 64 * MiB  # the issue's bound for streaming a 1 GiB file
+ROUND_TRIP_TIMEOUT_S = 240.0  # 1 GiB each way on a shared 2-core machine
+
+
+class Boom(Exception):
+    """Raised by a content stream that fails midway."""
+
+
+async def _pattern(
+    total: int, piece: int = MiB, fail_after: int | None = None
+) -> AsyncIterator[bytes]:
+    """``total`` bytes in ``piece``-sized pieces, each distinct (a counter in every piece)."""
+    sent = 0
+    index = 0
+    while sent < total:
+        if fail_after is not None and sent >= fail_after:
+            raise Boom
+        size = min(piece, total - sent)
+        yield (index.to_bytes(8, "big") * (size // 8 + 1))[:size]
+        sent += size
+        index += 1
+
+
+async def _digest(pieces: AsyncIterator[bytes]) -> tuple[str, int]:
+    hasher, total = hashlib.sha256(), 0
+    async for piece in pieces:
+        hasher.update(piece)
+        total += len(piece)
+    return hasher.hexdigest(), total
+
+
+async def _expected(total: int, piece: int) -> str:
+    return (await _digest(_pattern(total, piece)))[0]
+
+
+def _leftovers(directory: Path) -> list[str]:
+    return sorted(name for name in os.listdir(directory) if name.startswith(".opsbroker-"))
+
+
+async def test_core_streams_both_ways_and_fails_without_trace(tmp_path: Path) -> None:
+    async with Broker(str(tmp_path)) as core:
+        target = f"{tmp_path}/big.bin"
+        await core.write_chunks(target, _pattern(5 * MiB + 3, piece=300_000))
+        assert await _digest(core.read_chunks(target, chunk_size=70_000)) == (
+            await _expected(5 * MiB + 3, 300_000),
+            5 * MiB + 3,
+        )
+        for size in (0, 10):  # small files take the inline path
+            await core.write_chunks(f"{tmp_path}/small", _pattern(size))
+            assert [p async for p in core.read_chunks(f"{tmp_path}/small")] == (
+                [b"\0" * size] if size else []
+            )
+        with pytest.raises(Boom):
+            await core.write_chunks(target, _pattern(5 * MiB, fail_after=3 * MiB))
+        assert (await _digest(core.read_chunks(target)))[1] == 5 * MiB + 3  # old content kept
+        with pytest.raises(Boom):
+            await core.write_chunks(f"{tmp_path}/new.bin", _pattern(MiB, fail_after=0))
+        assert not (tmp_path / "new.bin").exists()
+        assert _leftovers(tmp_path) == []
+
+
+async def test_core_cancelled_midway_leaves_no_file_and_no_fd(tmp_path: Path) -> None:
+    (tmp_path / "big.bin").write_bytes(b"y" * (8 * MiB))
+    fds = len(os.listdir("/proc/self/fd"))
+    stalled = asyncio.Event()
+
+    async def stalls() -> AsyncIterator[bytes]:
+        async for piece in _pattern(3 * MiB):
+            yield piece
+        stalled.set()
+        await asyncio.Event().wait()  # a client that never finishes its upload
+        yield b""
+
+    async with Broker(str(tmp_path)) as core:
+        writing = asyncio.create_task(core.write_chunks(f"{tmp_path}/new.bin", stalls()))
+        await asyncio.wait_for(stalled.wait(), 10)
+        assert len(_leftovers(tmp_path)) == 1  # the temp file, beside the target
+        writing.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await writing
+        reading = core.read_chunks(f"{tmp_path}/big.bin", chunk_size=MiB)
+        assert len(await anext(reading)) == MiB
+        await reading.aclose()  # stop reading midway
+    assert not (tmp_path / "new.bin").exists() and _leftovers(tmp_path) == []
+    assert len(os.listdir("/proc/self/fd")) == fds
+
+
+async def test_guard_limits_streams_and_audits_totals(tmp_path: Path) -> None:
+    root = tmp_path / "ROOT"
+    root.mkdir()
+    events: list[dict[str, object]] = []
+
+    class Sink:
+        healthy = True
+
+        def record(self, event: object) -> None:
+            events.append(dict(event))  # type: ignore[call-overload]
+
+    policy = Policy(max_read_bytes=2 * MiB, max_write_bytes=2 * MiB)
+    async with Broker(str(root)) as core:
+        guard = GuardedBackend(core, policy, audit=Sink(), close_inner=False)
+        await guard.write_chunks(f"{root}/ok.bin", _pattern(2 * MiB))
+        assert (await _digest(guard.read_chunks(f"{root}/ok.bin", chunk_size=MiB)))[1] == 2 * MiB
+        with pytest.raises(TooLarge):
+            await guard.write_chunks(f"{root}/big.bin", _pattern(3 * MiB))
+        assert not (root / "big.bin").exists() and _leftovers(root) == []
+        (root / "big.bin").write_bytes(b"x" * (2 * MiB + 1))
+        with pytest.raises(TooLarge):
+            await _digest(guard.read_chunks(f"{root}/big.bin", chunk_size=MiB))
+    assert [(e["op"], e["decision"], e.get("bytes_in"), e.get("bytes_out")) for e in events] == [
+        ("write_file", "allow", 2 * MiB, None),
+        ("read_file", "allow", None, 2 * MiB),
+        ("write_file", "error", 2 * MiB + MiB, None),
+        ("read_file", "error", None, 2 * MiB),
+    ]
+
+
+async def test_grpc_client_streams_and_a_failing_stream_writes_nothing(tmp_path: Path) -> None:
+    async with serving(tmp_path, None) as server, client(server) as ops:
+        root = Path(ops.root)
+        target = f"{root}/big.bin"
+        await ops.write_chunks(target, _pattern(9 * MiB + 5, piece=100_000))
+        assert await _digest(ops.read_chunks(target, chunk_size=MiB)) == (
+            await _expected(9 * MiB + 5, 100_000),
+            9 * MiB + 5,
+        )
+        assert await ops.read_file(target) == b"".join(
+            [p async for p in _pattern(9 * MiB + 5, piece=100_000)]
+        )
+        with pytest.raises(Boom):
+            await ops.write_chunks(f"{root}/half.bin", _pattern(8 * MiB, fail_after=4 * MiB))
+        assert not (root / "half.bin").exists()
+        await _until_no_leftovers(root)  # the broker sees the cancellation a moment later
+        await ops.write_chunks(f"{root}/empty", _pattern(0))
+        assert (root / "empty").read_bytes() == b""
+
+
+async def _until_no_leftovers(directory: Path) -> None:
+    for _ in range(500):  # at most ~5 s
+        if not _leftovers(directory):
+            return
+        await asyncio.sleep(0.01)
+    assert _leftovers(directory) == []
+
+
+def _status(pid: int, field: str) -> int:
+    """A ``VmRSS``-style field of ``/proc/PID/status``, in bytes."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no {field} in /proc/{pid}/status")
+
+
+async def test_one_gib_round_trips_through_serve_with_bounded_memory(tmp_path: Path) -> None:
+    root = tmp_path / "ROOT"
+    root.mkdir()
+    policy = tmp_path / "policy.toml"
+    policy.write_text(f"max_read_bytes = {2 * GiB}\nmax_write_bytes = {2 * GiB}\n")
+    tokens = tmp_path / "state" / "tokens"
+    async with serve_process(root, tokens, "--policy", str(policy)) as served:
+        token = next(
+            ln for ln in tokens.read_text().splitlines() if ln and not ln.startswith("#")
+        ).split()[0]
+        pid = served.process.pid
+        async with connect(f"grpc://{served.address}", token=token) as ops:
+            await ops.write_chunks(f"{root}/warm", _pattern(MiB))  # code paths loaded
+            assert (await _digest(ops.read_chunks(f"{root}/warm")))[1] == MiB
+            baseline = _status(pid, "VmRSS")
+            async with asyncio.timeout(ROUND_TRIP_TIMEOUT_S):
+                sent = hashlib.sha256()
+
+                async def content() -> AsyncIterator[bytes]:
+                    async for piece in _pattern(GiB):
+                        sent.update(piece)
+                        yield piece
+
+                await ops.write_chunks(f"{root}/huge.bin", content())
+                assert (root / "huge.bin").stat().st_size == GiB
+                digest, total = await _digest(ops.read_chunks(f"{root}/huge.bin"))
+            peak = _status(pid, "VmHWM")
+        assert (digest, total) == (sent.hexdigest(), GiB)
+        assert peak - baseline < RSS_GROWTH_LIMIT, f"broker RSS grew {(peak - baseline) >> 20} MiB"
+        (root / "huge.bin").unlink()
+    assert served.process.returncode == 0
+    assert _leftovers(root) == []
