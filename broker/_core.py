@@ -38,6 +38,7 @@ from operations._walk import glob_paths
 
 from . import _rg, _treewalk
 from ._dirfd import AtomicFile, errno_error
+from ._process import MINIMAL_ENV
 from ._resolver import Root
 
 __all__ = ["DEFAULT_MAX_READ_BYTES", "Broker"]
@@ -455,7 +456,7 @@ class Broker:
                 on_data=on_data,
                 signal=signal,
                 timeout=timeout,
-                env=env,
+                env=None if env is None else {**MINIMAL_ENV, **env},
             )
             return result
         finally:

@@ -151,6 +151,10 @@ class BashOperations(Protocol):
     ) -> ExecResult:
         """Run ``command`` through the shell in ``cwd`` and stream its merged output to ``on_data``.
 
+        ``env`` holds variables *added* to the environment the backend builds for commands
+        (on a broker: a minimal ``PATH`` and ``LANG``, or what its policy allows); the caller's
+        own environment is never sent, so an agent's secrets stay with the agent.
+
         ``timeout`` is in seconds and enforced where the command runs. When the command is killed
         (timeout, abort, output limit, shutdown) the whole process tree is gone before this
         returns, and the result has ``exit_code=None`` and the ``kill_reason``.

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -81,7 +80,9 @@ def _check_timeout(timeout: float | None) -> None:
 
 
 def _spawn_context(run: ShellRun, command: str, cwd: str, ctx: ToolContext | None) -> SpawnContext:
-    env = dict(os.environ if run.env is None else run.env)
+    # Only additions travel to the backend: it builds the base environment itself (from its
+    # policy, on a broker), so the agent's own variables (API keys) never reach a command.
+    env = dict(run.env or {})
     for name in SESSION_VARIABLES:
         env.pop(name, None)
     if run.expose_session_environment and ctx is not None:

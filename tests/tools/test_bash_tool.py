@@ -244,3 +244,18 @@ def test_definitions_and_guidelines() -> None:
         "Output is truncated to last 2000 lines or 50KB (whichever is hit first). If truncated, "
         "full output is saved to a temp file. Optionally provide a timeout in seconds."
     )
+
+
+async def test_the_agents_environment_never_reaches_the_backend(
+    tw: ToolWorkspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only additions travel with a command: the agent's own variables (an API key, say) stay
+    with the agent, on every backend; the backend builds the base environment itself."""
+    monkeypatch.setenv("AGENT_SECRET_TOKEN", "sk-do-not-send")
+    tw.script(
+        "echo $AGENT_SECRET_TOKEN/$PATH_SET",
+        lambda ctx: _echo_env(ctx, "AGENT_SECRET_TOKEN", "PATH_SET"),
+    )
+    bash = create_bash_tool(tw.root, operations=tw.ops)
+    output = text(await call(bash, command="echo $AGENT_SECRET_TOKEN/$PATH_SET"))
+    assert "sk-do-not-send" not in output
