@@ -1,9 +1,17 @@
-"""Test-wide set-up: every ``async def`` test runs on asyncio through anyio's pytest plugin."""
+"""Test-wide set-up: every ``async def`` test runs on asyncio through anyio's pytest plugin, on
+one event loop for the whole session.
+
+One loop, because grpc.aio's completion queue outlives a call by a few events (channel and server
+shutdown tags): with a fresh loop per test, such a late event for the previous test's closed loop
+is reported as "Event loop is closed" in whichever test runs next. anyio keeps its test loop
+alive while an async fixture holds it, so a session-scoped async fixture keeps one loop.
+"""
 
 from __future__ import annotations
 
 import functools
 import inspect
+from collections.abc import AsyncIterator
 
 import anyio.pytest_plugin
 import pytest
@@ -15,9 +23,14 @@ anyio.pytest_plugin.get_available_backends = functools.cache(  # type: ignore[at
 )
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture(scope="session", autouse=True)
+async def _one_event_loop(anyio_backend: str) -> AsyncIterator[None]:
+    yield
 
 
 @pytest.hookimpl(tryfirst=True)
