@@ -20,13 +20,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from unittest import mock
 
+import asyncssh
 import pytest
 
+from agent_side._remote.ssh import SSHBackend
 from broker import _landlock
 from broker._core import Broker
 from broker._landlock import SIGNAL_SCOPING_ABI, Sandbox, SandboxUnavailable, landlock_abi
 from operations import Backend, ExecResult, Policy
 from tests.grpc._harness import client, serving
+from tests.ssh._harness import make_keys
 
 ABI = landlock_abi()
 SIGNALS = ("kill the broker stand-in",)
@@ -212,7 +215,7 @@ BROKER_SIGNAL = "rc=1\n" if ABI >= SIGNAL_SCOPING_ABI else "rc=0\n"
 
 
 @asynccontextmanager
-async def local_broker(root: Path, sandboxed: bool) -> AsyncIterator[tuple[Backend, str | None]]:
+async def local_broker(root: Path, sandboxed: bool) -> AsyncIterator[tuple[Broker, str | None]]:
     """``Broker(root, sandbox=...)`` (what ``connect("local:/root", sandbox=...)`` builds), and the
     private temp dir commands get (``None`` without a sandbox)."""
     sandbox = None
@@ -365,3 +368,44 @@ async def test_a_required_sandbox_without_landlock_refuses_to_serve(
             "landlock_abi": 0,
             "signal_scoping": False,
         }
+
+
+async def test_ssh_commands_run_in_the_policy_sandbox(layout: Layout, tmp_path: Path) -> None:
+    """``serve --ssh`` shares the core, so its commands get the same sandbox."""
+    if ABI == 0:
+        return  # the server refuses to start: see the test above
+    client_key, authorized = make_keys(tmp_path / "keys")
+    host_key = tmp_path / "keys" / "host_ed25519"
+    before = layout.outside_digest()
+    async with serving(
+        tmp_path,
+        None,
+        root=layout.root,
+        policy=_write_policy(tmp_path, "landlock"),
+        grpc=[],
+        ssh=["127.0.0.1:0"],
+        ssh_authorized_keys=authorized,
+        ssh_host_key=host_key,
+    ) as server:
+        assert server.enforcement is not None and server.enforcement.sandbox is not None
+        tmpdir = server.enforcement.sandbox.tmpdir
+        port = int(server.ssh_addresses[0].rsplit(":", 1)[1])
+        public = asyncssh.read_private_key(host_key).export_public_key().decode().strip()
+        known_hosts = tmp_path / "known_hosts"
+        known_hosts.write_text(f"[127.0.0.1]:{port} {public}\n")
+        async with SSHBackend(
+            "127.0.0.1",
+            port,
+            username="agent",
+            client_keys=[str(client_key)],
+            known_hosts=str(known_hosts),
+        ) as ops:
+            # The attacks' variables arrive (else they would aim at "/" and prove nothing).
+            probe = await _exec(ops, layout, 'echo "$OUT|$TMPDIR"', layout.env(0))
+            assert probe == f"{layout.outside(0)}|{tmpdir}\n"
+            escaped = await _escapes(ops, layout)
+            signal = await _broker_signal(ops, layout)
+    assert escaped == _expected_escapes_with_sandbox()
+    if ABI >= SIGNAL_SCOPING_ABI:
+        assert signal == "rc=1\n"
+        assert layout.outside_digest() == before
