@@ -23,6 +23,7 @@ from unittest import mock
 import asyncssh
 import pytest
 
+from agent_side import connect
 from agent_side._remote.ssh import SSHBackend
 from broker import _landlock
 from broker._core import Broker
@@ -260,6 +261,21 @@ async def test_local_commands_are_contained_by_the_sandbox(layout: Layout) -> No
     if ABI >= SIGNAL_SCOPING_ABI:
         assert layout.outside_digest() == before
         assert all(_alive(decoy.pid) for decoy in layout.decoys)
+
+
+async def test_connect_local_takes_the_sandbox(layout: Layout) -> None:
+    """``connect("local:/root", sandbox=...)`` builds the same sandboxed core."""
+    if ABI == 0:
+        return  # the sandbox cannot be built: see the fail-closed tests
+    sandbox = Sandbox.for_policy(_policy("landlock"), str(layout.root))
+    assert sandbox is not None
+    try:
+        async with connect(f"local:{layout.root}", sandbox=sandbox) as ops:
+            assert isinstance(ops, Broker) and ops.sandbox is sandbox
+            await _exec(ops, layout, ATTACKS[0].script, layout.env(0))
+    finally:
+        sandbox.close()
+    assert not (layout.outside(0) / "new").exists()
 
 
 async def test_powershell_runs_in_the_sandbox_too(layout: Layout) -> None:
