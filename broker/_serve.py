@@ -175,13 +175,18 @@ class BrokerServer:
                 load_policy(config.policy), root, audit_log=config.audit_log
             )
         sandbox = self.enforcement.sandbox if self.enforcement is not None else None
-        if self._backend is None:
-            # The core is imported only when needed: front-ends never depend on it otherwise.
-            core = importlib.import_module("broker._core")
-            self._backend = core.Broker(str(config.root), sandbox=sandbox)
-        elif sandbox is not None and hasattr(self._backend, "use_sandbox"):
-            # A core handed in runs its commands in the policy's sandbox too (never bare).
-            self._backend.use_sandbox(sandbox)
+        try:
+            if self._backend is None:
+                # The core is imported only when needed: front-ends never depend on it otherwise.
+                core = importlib.import_module("broker._core")
+                self._backend = core.Broker(str(config.root), sandbox=sandbox)
+            elif sandbox is not None and hasattr(self._backend, "use_sandbox"):
+                # A core handed in runs its commands in the policy's sandbox too (never bare).
+                self._backend.use_sandbox(sandbox)
+        except BaseException:
+            if self.enforcement is not None:
+                self.enforcement.close()  # release the audit lock and the sandbox's temp dir
+            raise
         assert self._backend is not None
         await self._start_ssh(self._backend)
         if not config.grpc:
