@@ -95,17 +95,10 @@ class CommandCgroup:
     rel: str
     limit_paths: list[str] = field(default_factory=list)
 
-    def procs_fds(self) -> list[int]:
-        """Open ``cgroup.procs`` of every group for writing; the child writes ``0`` (itself) to each."""
-        fds: list[int] = []
-        try:
-            for group in (self.path, *self.limit_paths):
-                fds.append(os.open(os.path.join(group, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC))
-        except OSError:
-            for fd in fds:
-                os.close(fd)
-            raise
-        return fds
+    def add(self, pid: int) -> None:
+        """Move process ``pid`` into every group (its future children are born there)."""
+        for group in (self.path, *self.limit_paths):
+            _write(os.path.join(group, "cgroup.procs"), str(pid))
 
     def pids(self) -> list[int]:
         try:

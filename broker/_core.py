@@ -3,7 +3,8 @@
 Every file operation goes through :class:`~broker._resolver.Root`, so nothing reaches outside the
 workspace root; ``glob`` and ``search`` walk from directory fds (``_treewalk``) and may hand the
 search to a confined ``rg`` (``_rg``); commands go to the process manager with a working directory
-opened beneath the root. Front-ends (gRPC, SSH) and the ``local:`` backend call this object.
+opened beneath the root, inside the policy's Landlock sandbox when one is given (``sandbox=``).
+Front-ends (gRPC, SSH) and the ``local:`` backend call this object.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from operations._walk import glob_paths
 
 from . import _rg, _treewalk
 from ._dirfd import AtomicFile, errno_error
+from ._landlock import Ruleset
 from ._process import MINIMAL_ENV
 from ._resolver import Root
 
@@ -154,6 +156,9 @@ class Broker:
         fsync: whether ``write_file`` flushes the file to disk before renaming it into place.
         search_engine: ``"rg"``, ``"python"`` or ``"auto"`` (``rg`` when it can be confined
             under Landlock, see ``_rg``).
+        sandbox: the Landlock sandbox every command (bash and PowerShell) runs in, usually
+            ``Sandbox.for_policy(policy, root)`` (``broker._landlock``); ``None`` runs commands
+            without one. The caller keeps ownership and closes it after :meth:`aclose`.
     """
 
     def __init__(
@@ -164,8 +169,10 @@ class Broker:
         max_read_bytes: int = DEFAULT_MAX_READ_BYTES,
         fsync: bool = False,
         search_engine: str = "auto",
+        sandbox: Ruleset | None = None,
     ) -> None:
         self._root = Root(root, strategy=resolver)
+        self._sandbox = sandbox
         self._max_read = max_read_bytes
         self._fsync = fsync
         self._use_rg = _rg.usable() if search_engine == "auto" else search_engine == "rg"
@@ -185,11 +192,36 @@ class Broker:
         return self._root
 
     def capabilities(self) -> dict[str, object]:
-        """What this broker runs on: the resolver strategy, openat2 and the search engine."""
+        """What this broker runs on: the resolver strategy, openat2, the search engine, and
+        whether commands run in a Landlock sandbox."""
         caps = self._root.capabilities()
         caps["search"] = "rg" if self._use_rg else "python"
         caps["landlock_abi"] = _rg.landlock_abi()
+        caps["command_sandbox"] = self._sandbox is not None
         return caps
+
+    @property
+    def sandbox(self) -> Ruleset | None:
+        """The Landlock ruleset commands run in (``None``: none)."""
+        return self._sandbox
+
+    def use_sandbox(self, sandbox: Ruleset) -> None:
+        """Run every command of this broker in ``sandbox`` (for a server that was handed a
+        broker built without one and whose policy requires it).
+
+        Raises:
+            InvalidArgument: commands already ran under another sandbox, or none.
+        """
+        if sandbox is self._sandbox:
+            return
+        if self._processes is not None:
+            raise InvalidArgument(
+                "serve",
+                self.root,
+                "this broker already ran commands without the policy's sandbox; build it with "
+                "Broker(root, sandbox=...) instead",
+            )
+        self._sandbox = sandbox
 
     @property
     def powershell(self) -> _PowerShell:
@@ -470,7 +502,7 @@ class Broker:
                 module = importlib.import_module("broker._process")
             except ImportError:
                 raise Unavailable(op, None, "this broker build cannot run commands") from None
-            self._processes = module.ProcessManager()
+            self._processes = module.ProcessManager(sandbox=self._sandbox)
         return self._processes
 
 

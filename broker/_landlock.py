@@ -47,6 +47,7 @@ __all__ = [
     "Ruleset",
     "Sandbox",
     "SandboxUnavailable",
+    "has_cap_sys_admin",
     "landlock_abi",
     "plan_rules",
     "sandbox_status",
@@ -62,6 +63,7 @@ SYS_LANDLOCK_RESTRICT_SELF = 446
 LANDLOCK_CREATE_RULESET_VERSION = 1 << 0
 LANDLOCK_RULE_PATH_BENEATH = 1
 PR_SET_NO_NEW_PRIVS = 38
+CAP_SYS_ADMIN = 21
 
 ACCESS_FS_EXECUTE = 1 << 0
 ACCESS_FS_WRITE_FILE = 1 << 1
@@ -152,6 +154,18 @@ def _syscall(number: int, *args: object) -> int:
     return result
 
 
+def has_cap_sys_admin() -> bool:
+    """Whether this process has ``CAP_SYS_ADMIN`` (then Landlock does not need no_new_privs)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("CapEff:"):
+                    return bool(int(line.split()[1], 16) >> CAP_SYS_ADMIN & 1)
+    except OSError:
+        pass
+    return False
+
+
 class SandboxUnavailable(RuntimeError):
     """The policy requires Landlock and this kernel cannot provide it: refuse to run."""
 
@@ -233,17 +247,23 @@ def _create_ruleset(abi: int, rules: Sequence[Rule], *, handle_fs: bool, scoped:
 
 
 class Ruleset:
-    """A Landlock ruleset built in the broker and entered by a child with :meth:`preexec`.
+    """A Landlock ruleset built in the broker and entered with :meth:`preexec`.
 
-    The broker does the work (opening the allowed paths, adding rules); the child only makes two
-    system calls, ``prctl(PR_SET_NO_NEW_PRIVS)`` and ``landlock_restrict_self``, so
-    :meth:`preexec` is safe between fork and exec. One object serves any number of children.
+    The broker does the work (opening the allowed paths, adding rules); entering it takes only
+    two system calls, ``prctl(PR_SET_NO_NEW_PRIVS)`` and ``landlock_restrict_self``, so
+    :meth:`preexec` is safe between fork and exec. Both calls act on the calling *thread*: the
+    process manager instead calls it in a short-lived thread that then spawns the command (no
+    Python in the child, so ``subprocess`` can vfork). Each call makes a new Landlock domain, so
+    one object serves any number of commands, each in a domain of its own.
 
     Args:
         rules: what is allowed; with ``handle_fs`` every other filesystem access is denied.
         handle_fs: restrict the filesystem (false: a ruleset that only scopes IPC).
         scope: apply the IPC scopes of the ABI (signals, abstract UNIX sockets; ABI >= 6).
         abi: the Landlock ABI to build for (default: the kernel's).
+        no_new_privs: set ``PR_SET_NO_NEW_PRIVS`` before entering (set-uid programs then gain
+            nothing). The kernel requires it unless the caller has ``CAP_SYS_ADMIN``; false is
+            honoured only then.
 
     Raises:
         SandboxUnavailable: the kernel has no Landlock (fail closed: nothing this object would
@@ -257,6 +277,7 @@ class Ruleset:
         handle_fs: bool = True,
         scope: bool = True,
         abi: int | None = None,
+        no_new_privs: bool = True,
     ) -> None:
         self._fd = -1
         self.abi = landlock_abi() if abi is None else abi
@@ -270,6 +291,7 @@ class Ruleset:
         self.scoped = scopes(self.abi) if scope else 0
         self._fd = _create_ruleset(self.abi, self.rules, handle_fs=handle_fs, scoped=self.scoped)
         self._pid = os.getpid()
+        self._no_new_privs = no_new_privs or not has_cap_sys_admin()
         libc = _libc()
         self._prctl = libc.prctl
         self._raw_syscall = libc.syscall
@@ -281,14 +303,15 @@ class Ruleset:
         return bool(self.scoped & SCOPE_SIGNAL)
 
     def preexec(self) -> None:
-        """Restrict the calling process (a forked child, before exec) to this ruleset.
+        """Restrict the calling thread (a forked child before exec, or a thread about to spawn
+        one) and its future children to a new domain of this ruleset.
 
         Raises:
             OSError: a system call failed; the child then never runs the program.
         """
         if self._fd < 0:
             raise OSError(errno.EBADF, "sandbox is closed")
-        if self._prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        if self._no_new_privs and self._prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
             code = ctypes.get_errno()
             raise OSError(code, "prctl(PR_SET_NO_NEW_PRIVS): " + os.strerror(code))
         result = self._raw_syscall(

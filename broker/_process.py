@@ -16,15 +16,19 @@ The tree is tracked so that ``setsid`` and double forks cannot escape:
 
 Where the kernel has Landlock signal scoping (Linux 6.12) the command cannot signal anything
 outside its own tree, so ``kill $PPID`` fails; the new session already keeps ``kill 0``, ``kill
--$PPID`` of an unrelated group and terminal signals away, but not a direct ``kill $PPID``.
+-$PPID`` of an unrelated group and terminal signals away, but not a direct ``kill $PPID``. With a
+``sandbox`` (the policy's Landlock command sandbox, :class:`~broker._landlock.Sandbox`) the
+command's domain also confines the filesystem: it writes only under the root and its private
+temp directory (``TMPDIR``), and the sandbox scopes signals itself.
 
 Spawning never runs Python in the child, so ``subprocess`` can vfork (a fork costs milliseconds
 per command on a VM, growing with the broker's memory). The working directory is entered through
 ``/proc/self/fd/<cwd_fd>``; a one-line ``sh`` trampoline writes itself into the command's cgroup
-before it execs the command, so the command cannot fork untracked. With signal scoping, a fresh
-thread enters a new Landlock domain and spawns the trampoline, which waits at a gate (its stdin)
-until that thread has exited; so the command gets a domain of its own and nothing in the broker
-is left in it.
+before it execs the command, so the command cannot fork untracked. With signal scoping or a
+sandbox, a fresh thread enters a new Landlock domain and spawns the trampoline, which waits at a
+gate (its stdin) until that thread has exited; so the command gets a domain of its own and nothing
+in the broker is left in it. A gated trampoline is moved into its cgroups by the broker while it
+waits (a sandboxed one could not write ``cgroup.procs`` itself), before anything can fork.
 
 Timeout, abort (signal or task cancellation), output limit and shutdown take the same path:
 SIGTERM (and SIGCONT, so a stopped process can act on it), ``kill_grace`` seconds, then SIGKILL of
@@ -68,6 +72,7 @@ from operations import (
 )
 
 from ._cgroup import CgroupTree, CommandCgroup
+from ._landlock import Ruleset, Sandbox
 from ._proctree import (
     COOKIE_VAR,
     PIDFD_SIGNAL_PROCESS_GROUP,
@@ -80,7 +85,7 @@ from ._proctree import (
     set_child_subreaper,
     stats_since,
 )
-from ._signal_scope import SignalScope
+from ._signal_scope import signal_scope
 
 __all__ = ["ProcessCapabilities", "ProcessManager"]
 
@@ -139,6 +144,8 @@ class ProcessCapabilities:
     """The broker is the child subreaper (fallback mode): orphans re-parent to it."""
     signal_scope: bool
     """Landlock signal scoping: commands cannot signal the broker or other commands."""
+    sandbox: bool = False
+    """The Landlock command sandbox: commands write only under the root and a private temp dir."""
     limits: frozenset[str] = frozenset()
     """Per-command limits that can be enforced: a subset of ``{"pids", "memory"}``."""
 
@@ -188,13 +195,14 @@ def _check_program(program: str, path: str | None) -> None:
 def _trampoline(cgroup: CommandCgroup | None, env: Mapping[str, str], *, gated: bool) -> list[str]:
     """``sh -c`` prefix run before the command: enter the cgroups, wait at the gate, exec.
 
-    The shell writes itself into each of the command's ``cgroup.procs`` (it cannot have forked
-    yet). When ``gated`` its stdin is the gate pipe: it waits for the broker to close it, then
-    execs the command with stdin at ``/dev/null``. ``sh`` sets ``PWD`` itself; the trampoline
-    restores the caller's environment exactly.
+    Ungated, the shell writes itself into each of the command's ``cgroup.procs`` (it cannot have
+    forked yet). When ``gated`` its stdin is the gate pipe: the broker moves it into its cgroups
+    while it waits there (inside a sandbox it could not write them), closes the gate, and the
+    shell execs the command with stdin at ``/dev/null``. ``sh`` sets ``PWD`` itself; the
+    trampoline restores the caller's environment exactly.
     """
     steps = []
-    if cgroup is not None:
+    if cgroup is not None and not gated:
         steps += [
             f"echo 0 > {shlex.quote(os.path.join(g, 'cgroup.procs'))}"
             for g in (cgroup.path, *cgroup.limit_paths)
@@ -213,12 +221,12 @@ def _thread_alive(tid: int) -> bool:
 
 
 async def _popen_in_scope(
-    scope: SignalScope, argv: list[str], options: dict[str, Any]
+    scope: Ruleset, argv: list[str], options: dict[str, Any]
 ) -> subprocess.Popen[bytes]:
-    """Spawn from a fresh thread that first enters a new Landlock signal scope.
+    """Spawn from a fresh thread that first enters a new Landlock domain of ``scope``.
 
-    The child inherits the thread's scope (its own domain, so commands cannot signal each other),
-    and the broker's other threads stay outside it, so the command cannot signal the broker. The
+    The child inherits the thread's domain (its own, so commands cannot signal each other), and
+    the broker's other threads stay outside it, so the command cannot signal the broker. The
     thread is gone (checked in ``/proc``) before this returns, so nothing in the broker is left in
     the command's domain when the caller opens the gate. No Python runs in the child: vfork.
     """
@@ -233,7 +241,7 @@ async def _popen_in_scope(
 
     def spawn() -> None:
         try:
-            scope.restrict_self()
+            scope.preexec()  # restricts this thread only
             result: tuple[subprocess.Popen[bytes], int] | BaseException = (
                 subprocess.Popen(argv, **options),
                 threading.get_native_id(),
@@ -314,6 +322,12 @@ class ProcessManager:
             (``capabilities().limits`` says what is enforced).
         memory_max: per-command memory limit in bytes; needs cgroups, else ignored.
         scope_signals: Landlock signal scoping for commands; ``None`` uses it where available.
+            A ``sandbox`` brings its own (ABI >= 6) and is used in its place.
+        sandbox: the Landlock ruleset every command runs in (the policy's
+            :class:`~broker._landlock.Sandbox`, or any :class:`~broker._landlock.Ruleset`), or
+            ``None``. A :class:`~broker._landlock.Sandbox` also sets ``TMPDIR``, ``TMP`` and
+            ``TEMP`` to its private temp directory. The caller owns it (closes it after
+            :meth:`aclose`); a closed one makes every command fail to start, never run bare.
         background_ttl: reserved for a policy that lets background processes outlive their
             command for a time to live; only ``None`` (kill them when the command ends) is
             implemented today.
@@ -330,6 +344,7 @@ class ProcessManager:
         memory_max: int | None = None,
         scope_signals: bool | None = None,
         background_ttl: float | None = None,
+        sandbox: Ruleset | None = None,
     ) -> None:
         if background_ttl is not None:
             raise ValueError("background_ttl is not supported yet: background processes are killed")
@@ -352,8 +367,14 @@ class ProcessManager:
                     "exec", None, "no writable cgroup v2 tree with cgroup.kill on this host"
                 )
         self._subreaper = self._cgroups is None and _Subreaper.acquire()
-        self._scope = SignalScope.create() if scope_signals is not False else None
-        if self._scope is None and scope_signals:
+        self._sandbox = sandbox
+        self._sandbox_env = sandbox.env() if isinstance(sandbox, Sandbox) else {}
+        self._own_scope: Ruleset | None = None
+        if sandbox is None and scope_signals is not False:
+            self._own_scope = signal_scope()
+        self._scope = sandbox if sandbox is not None else self._own_scope
+        scoped = self._scope is not None and self._scope.signal_scoping
+        if scope_signals and not scoped:
             self._close_resources()
             raise Unavailable("exec", None, "Landlock signal scoping is not available")
 
@@ -363,7 +384,8 @@ class ProcessManager:
             cgroup_kill=self._cgroups is not None,
             pidfd=self._pidfd,
             subreaper=self._subreaper,
-            signal_scope=self._scope is not None,
+            signal_scope=self._scope is not None and self._scope.signal_scoping,
+            sandbox=self._sandbox is not None,
             limits=frozenset(self._cgroups.limits if self._cgroups is not None else ()),
         )
 
@@ -457,9 +479,10 @@ class ProcessManager:
         if self._cgroups is not None:
             self._cgroups.remove()
             self._cgroups = None
-        if self._scope is not None:
-            self._scope.close()
-            self._scope = None
+        if self._own_scope is not None:
+            self._own_scope.close()
+            self._own_scope = None
+        self._scope = None
 
     # -- spawning -------------------------------------------------------------------------------
 
@@ -473,6 +496,7 @@ class ProcessManager:
         """
         cookie = uuid.uuid4().hex
         child_env = dict(MINIMAL_ENV if env is None else env)
+        child_env.update(self._sandbox_env)  # the only temp dir a sandboxed command can write
         child_env[COOKIE_VAR] = cookie
         scope = self._scope
         cgroup = None
@@ -517,6 +541,8 @@ class ProcessManager:
                     popen.kill()  # still at the gate: none of the command has run
                     popen.wait()
                     raise asyncio.CancelledError
+            if cgroup is not None and scope is not None:
+                self._enter_cgroup(popen, cgroup)  # held at the gate: it has not forked
         except BaseException as e:
             os.close(read_fd)
             if cgroup is not None:
@@ -544,6 +570,16 @@ class ProcessManager:
             leader_start=st.starttime if st is not None else 0,
             cgroup=cgroup,
         )
+
+    @staticmethod
+    def _enter_cgroup(popen: subprocess.Popen[bytes], cgroup: CommandCgroup) -> None:
+        """Move the gated trampoline into the command's cgroups; kill it if that fails."""
+        try:
+            cgroup.add(popen.pid)
+        except BaseException:
+            popen.kill()  # still at the gate: none of the command has run
+            popen.wait()
+            raise
 
     @staticmethod
     def _spawn_error(

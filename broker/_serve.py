@@ -226,17 +226,28 @@ class BrokerServer:
         """
         config = self.config
         self._check_exposure()
-        if self._backend is None:
-            # The core is imported only when needed: front-ends never depend on it otherwise.
-            core = importlib.import_module("broker._core")
-            self._backend = core.Broker(str(config.root))
-        assert self._backend is not None
         if self._owns_backend or config.policy is not None or config.audit_log is not None:
             # A broker we start ourselves always runs under a policy (the safe default one
             # unless configured); a backend handed in by a test or embedder runs as given.
+            # Built first: a policy that requires the sandbox fails here, before anything runs.
+            root = str(config.root) if self._backend is None else self._backend.root
             self.enforcement = Enforcement.start(
-                load_policy(config.policy), self._backend.root, audit_log=config.audit_log
+                load_policy(config.policy), root, audit_log=config.audit_log
             )
+        sandbox = self.enforcement.sandbox if self.enforcement is not None else None
+        try:
+            if self._backend is None:
+                # The core is imported only when needed: front-ends never depend on it otherwise.
+                core = importlib.import_module("broker._core")
+                self._backend = core.Broker(str(config.root), sandbox=sandbox)
+            elif sandbox is not None and hasattr(self._backend, "use_sandbox"):
+                # A core handed in runs its commands in the policy's sandbox too (never bare).
+                self._backend.use_sandbox(sandbox)
+        except BaseException:
+            if self.enforcement is not None:
+                self.enforcement.close()  # release the audit lock and the sandbox's temp dir
+            raise
+        assert self._backend is not None
         await self._start_ssh(self._backend)
         if not config.grpc:
             return

@@ -9,10 +9,12 @@ ones to this file the same way so that one run reports every figure.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import math
 import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -27,6 +29,7 @@ sys.path.insert(1, str(Path(__file__).resolve().parent.parent / "proto"))  # gen
 
 from broker import Broker
 from broker._cgroup import CgroupTree
+from broker._landlock import Sandbox, landlock_abi
 from broker._process import ProcessManager
 from broker._rg import rg_path
 from broker._shell import bash_argv
@@ -133,19 +136,29 @@ def bench_search_10k() -> Result:
     return ours / base, 1.5, detail
 
 
-def _modes() -> list[str]:
-    """``cgroup`` and ``fallback`` are the defaults (Landlock signal scope where available)."""
+def _modes(sandboxed: bool = False) -> list[str]:
+    """``cgroup`` and ``fallback`` are the defaults (Landlock signal scope where available);
+    ``-sandboxed`` adds the policy's Landlock command sandbox (where the kernel has Landlock)."""
     tree = CgroupTree.create()
     if tree is not None:
         tree.remove()
     cgroup = ["cgroup", "cgroup-unscoped"] if tree is not None else []
+    if sandboxed and tree is not None and landlock_abi() >= 1:
+        cgroup.append("cgroup-sandboxed")
     return [*cgroup, "fallback", "fallback-unscoped"]
 
 
 def _manager(mode: str) -> ProcessManager:
+    sandbox = None
+    if mode.endswith("-sandboxed"):
+        # A scratch root and temp dir, removed at exit; the ruleset is released with it.
+        scratch = tempfile.mkdtemp(prefix="opsbroker-bench-")
+        atexit.register(shutil.rmtree, scratch, True)
+        sandbox = Sandbox(scratch, scratch)
     return ProcessManager(
         use_cgroups=mode.startswith("cgroup"),
         scope_signals=False if mode.endswith("-unscoped") else None,
+        sandbox=sandbox,
     )
 
 
@@ -187,7 +200,7 @@ def exec_true() -> None:
         return floor, ours
 
     parts = []
-    for mode in _modes():
+    for mode in _modes(sandboxed=True):
         floor, ours = asyncio.run(run(mode))
         f, o = statistics.median(floor), statistics.median(ours)
         parts.append(f"{mode} {o * 1e3:.2f} ms vs asyncio {f * 1e3:.2f} ms = {o / f:.2f}x")

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from broker._shell import bash_argv
-from broker._signal_scope import SignalScope
+from broker._signal_scope import signal_scope
 from operations import ExecResult, KillReason
 
 from .conftest import MODES, make_manager
@@ -82,7 +82,7 @@ def run_broker(mode: str, commands: list[str]) -> dict[str, object]:
 
 @pytest.mark.parametrize("mode", [m for m in MODES if not m.endswith("-unscoped")])
 def test_commands_cannot_touch_the_broker(mode: str) -> None:
-    scoped = SignalScope.create() is not None
+    scoped = signal_scope() is not None
     cases = OWN_GROUP + (BROKER_ITSELF if scoped else [])
     report = run_broker(mode, [command for command, _ in cases])
     assert report["scope"] == scoped
@@ -126,4 +126,4 @@ async def test_commands_cannot_signal_each_other(mode: str) -> None:
         await pm.aclose()
     if scoped:  # untouched, until the shutdown
         assert await victim == ExecResult(None, KillReason.SHUTDOWN)
-    assert scoped == (SignalScope.create() is not None and not mode.endswith("-unscoped"))
+    assert scoped == (signal_scope() is not None and not mode.endswith("-unscoped"))

@@ -384,7 +384,7 @@ def test_rights_and_scopes_by_abi() -> None:
     assert scopes(6) & SCOPE_SIGNAL
 
 
-# -- the general ruleset (what _signal_scope and _rg each build by hand) ----------------------
+# -- the general ruleset (what _signal_scope and _rg build on) -------------------------------
 
 
 def test_a_signal_only_ruleset_leaves_files_alone(layout: Layout) -> None:
