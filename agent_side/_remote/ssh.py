@@ -60,6 +60,7 @@ from operations import (
     OpsError,
     PowerShellOperations,
     SearchMatch,
+    ShellExec,
     Unauthenticated,
     Unavailable,
 )
@@ -263,7 +264,17 @@ class SSHBackend:
         self._root: str | None = None
         self._idle: list[_ChannelSession] = []
         self._closed = False
-        self.powershell: PowerShellOperations = _PowerShell(self)
+        self.powershell: PowerShellOperations = ShellExec(
+            lambda command, cwd, on_data, signal, timeout, env: self.exec(
+                command,
+                cwd,
+                on_data=on_data,
+                signal=signal,
+                timeout=timeout,
+                env=env,
+                shell=pb.SHELL_POWERSHELL,
+            )
+        )
 
     # -- connection --
 
@@ -383,10 +394,12 @@ class SSHBackend:
         if not streaming_input:
             data += session.frames.send(EndOfInput())
         session.write(data)
+        abandoned = False
         try:
             yield call
         except BaseException as exc:
             if not call.ended:
+                abandoned = isinstance(exc, GeneratorExit)
                 try:
                     await call.cancel(f"client {type(exc).__name__}")
                 except BaseException:
@@ -394,7 +407,13 @@ class SSHBackend:
                     raise
             raise
         finally:
-            self._release(session)
+            if abandoned:
+                # A stream closed early by its consumer (a search stopped at its limit) is
+                # finalised outside the call's task, racing the next call for this channel:
+                # the channel is closed, never handed on.
+                session.close()
+            else:
+                self._release(session)
 
     async def _unary(
         self, method: str, request: ProtoMessage, reply: type[M], path: str | None = None
@@ -610,33 +629,6 @@ def _on_abort(signal: AbortSignal | None, call: _Call) -> Any:
         loop.call_soon_threadsafe(call.send_nowait, abort)
 
     return signal.add_listener(listener)
-
-
-class _PowerShell:
-    """``backend.powershell``: the same broker, commands through PowerShell."""
-
-    def __init__(self, backend: SSHBackend) -> None:
-        self._backend = backend
-
-    async def exec(
-        self,
-        command: str,
-        cwd: str,
-        *,
-        on_data: OnData,
-        signal: AbortSignal | None = None,
-        timeout: float | None = None,
-        env: Mapping[str, str] | None = None,
-    ) -> ExecResult:
-        return await self._backend.exec(
-            command,
-            cwd,
-            on_data=on_data,
-            signal=signal,
-            timeout=timeout,
-            env=env,
-            shell=pb.SHELL_POWERSHELL,
-        )
 
 
 _OPS: Final[dict[str, str]] = {
