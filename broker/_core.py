@@ -31,6 +31,7 @@ from operations import (
     OnData,
     OpsError,
     SearchMatch,
+    ShellExec,
     TooLarge,
     Unavailable,
 )
@@ -224,8 +225,8 @@ class Broker:
         self._sandbox = sandbox
 
     @property
-    def powershell(self) -> _PowerShell:
-        return _PowerShell(self)
+    def powershell(self) -> ShellExec:
+        return ShellExec(functools.partial(self._run, "powershell", "powershell_argv"))
 
     async def aclose(self) -> None:
         if self._closed:
@@ -504,24 +505,3 @@ class Broker:
                 raise Unavailable(op, None, "this broker build cannot run commands") from None
             self._processes = module.ProcessManager(sandbox=self._sandbox)
         return self._processes
-
-
-class _PowerShell:
-    """``broker.powershell``: the same broker, commands through PowerShell."""
-
-    def __init__(self, broker: Broker) -> None:
-        self._broker = broker
-
-    async def exec(
-        self,
-        command: str,
-        cwd: str,
-        *,
-        on_data: OnData,
-        signal: AbortSignal | None = None,
-        timeout: float | None = None,
-        env: Mapping[str, str] | None = None,
-    ) -> ExecResult:
-        return await self._broker._run(
-            "powershell", "powershell_argv", command, cwd, on_data, signal, timeout, env
-        )

@@ -66,6 +66,7 @@ from ._protocols import ReadOperations as ReadOperations
 from ._protocols import WriteOperations as WriteOperations
 from ._runner import CommandContext as CommandContext
 from ._runner import CommandRunner as CommandRunner
+from ._shell_exec import ShellExec as ShellExec
 from ._types import DirEntry as DirEntry
 from ._types import ExecResult as ExecResult
 from ._types import FileKind as FileKind
@@ -127,6 +128,7 @@ __all__ = [
     "SandboxPolicy",
     "SearchMatch",
     "SeedValue",
+    "ShellExec",
     "Symlink",
     "Timeout",
     "TooLarge",

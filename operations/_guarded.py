@@ -24,6 +24,7 @@ audit line cannot be written ends with ``Unavailable`` instead of its result.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import posixpath
 import time
@@ -37,6 +38,7 @@ from ._chunked import read_chunks, write_chunks
 from ._errors import EscapesRoot, OpsError, PolicyDenied, TooLarge, Unavailable
 from ._policy import CommandEnvCache, Policy, PolicyEnforcer
 from ._protocols import Backend, PowerShellOperations
+from ._shell_exec import ShellExec
 from ._types import DirEntry, ExecResult, FileKind, FileStat, KillReason, OnData, SearchMatch
 
 __all__ = ["AuditSink", "GuardedBackend"]
@@ -117,7 +119,7 @@ class GuardedBackend:
         self._real_root: str | None = None
         self._env = CommandEnvCache(parent_env)
         self._close_inner = close_inner
-        self._powershell = _GuardedPowerShell(self)
+        self._powershell = ShellExec(functools.partial(self._exec, "powershell"))
 
     # -- plumbing ------------------------------------------------------------------------------
 
@@ -550,25 +552,6 @@ class GuardedBackend:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
-
-
-class _GuardedPowerShell:
-    """``GuardedBackend.powershell``: the same checks, for shell ``powershell``."""
-
-    def __init__(self, guard: GuardedBackend) -> None:
-        self._guard = guard
-
-    async def exec(
-        self,
-        command: str,
-        cwd: str,
-        *,
-        on_data: OnData,
-        signal: AbortSignal | None = None,
-        timeout: float | None = None,
-        env: Mapping[str, str] | None = None,
-    ) -> ExecResult:
-        return await self._guard._exec("powershell", command, cwd, on_data, signal, timeout, env)
 
 
 def _moved(child: str, source: str, destination: str | None) -> str | None:

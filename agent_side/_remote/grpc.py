@@ -21,6 +21,7 @@ and waits, at most ``exec_grace`` seconds, until it has, exactly like a local ``
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import os
 import urllib.parse
@@ -56,6 +57,7 @@ from operations import (
     OpsError,
     PermissionDenied,
     SearchMatch,
+    ShellExec,
     Timeout,
     TooLarge,
     Unauthenticated,
@@ -98,27 +100,6 @@ def _error(exc: grpc.aio.AioRpcError, op: str, path: str | None) -> OpsError:
     code = exc.code()
     cls = _FROM_STATUS.get(code, OpsError)
     return cls(op, path, f"{exc.details() or 'call failed'} (gRPC {code.name})")
-
-
-class _PowerShell:
-    """``backend.powershell``: the same broker, commands through PowerShell."""
-
-    def __init__(self, backend: GrpcBackend) -> None:
-        self._backend = backend
-
-    async def exec(
-        self,
-        command: str,
-        cwd: str,
-        *,
-        on_data: OnData,
-        signal: AbortSignal | None = None,
-        timeout: float | None = None,
-        env: Mapping[str, str] | None = None,
-    ) -> ExecResult:
-        return await self._backend._exec(
-            pb.SHELL_POWERSHELL, command, cwd, on_data, signal, timeout, env
-        )
 
 
 class GrpcBackend:
@@ -167,7 +148,7 @@ class GrpcBackend:
         self._capabilities: pb.CapabilitiesReply | None = None
         self._opening: asyncio.Lock | None = None
         self._closed = False
-        self._powershell = _PowerShell(self)
+        self._powershell = ShellExec(functools.partial(self._exec, pb.SHELL_POWERSHELL))
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -220,7 +201,7 @@ class GrpcBackend:
         return self.capabilities.root
 
     @property
-    def powershell(self) -> _PowerShell:
+    def powershell(self) -> ShellExec:
         return self._powershell
 
     async def aclose(self) -> None:
