@@ -7,6 +7,8 @@ import posixpath
 from typing import Any
 
 from .._tool import ToolContext
+from ._errors import ToolError
+from ._paths import resolve_to_cwd
 
 __all__ = ["LocalOperations", "Workspace"]
 
@@ -79,3 +81,15 @@ class Workspace:
         if ctx is not None and ctx.cwd:
             return ctx.cwd
         return self.cwd
+
+    def resolve(self, path: str, ctx: ToolContext | None) -> str:
+        """``path`` as the model wrote it, made absolute against the current directory."""
+        return resolve_to_cwd(path, self.cwd_for(ctx), home=self.home)
+
+    async def existing(self, path: str | None, ctx: ToolContext | None) -> str:
+        """:meth:`resolve` ``path`` (default ``.``); raise ``Path not found: ...`` if it is not
+        there, as ``ls`` and ``find`` do before anything else."""
+        resolved = self.resolve(path or ".", ctx)
+        if not await self.ops.exists(resolved):
+            raise ToolError(f"Path not found: {resolved}")
+        return resolved

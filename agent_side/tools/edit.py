@@ -29,7 +29,6 @@ from ._edit_diff import (
     strip_bom,
 )
 from ._errors import ToolError, check_aborted, describe_error, describe_reason, errno_name
-from ._paths import resolve_to_cwd
 from ._queue import in_mutation_queue
 from ._tooldef import constrained_sampling, text_result
 from ._workspace import Workspace
@@ -141,7 +140,7 @@ def create_edit_tool_definition(
             raise ToolError(
                 "Edit tool input is invalid. edits must contain at least one replacement."
             )
-        path = resolve_to_cwd(params.path, ws.cwd_for(ctx), home=ws.home)
+        path = ws.resolve(params.path, ctx)
 
         async def edit() -> AgentToolResult[Any]:
             check_aborted(signal)

@@ -20,7 +20,6 @@ from .._tool import (
     wrap_tool_definition,
 )
 from ._errors import ToolError, abortable
-from ._paths import resolve_to_cwd
 from ._tooldef import int_arg, text_result
 from ._truncate import DEFAULT_MAX_BYTES, format_size, truncate_head
 from ._workspace import Workspace
@@ -82,11 +81,9 @@ def create_find_tool_definition(
         ctx: ToolContext | None,
     ) -> AgentToolResult[Any]:
         async with abortable(signal):
-            search_path = resolve_to_cwd(params.path or ".", ws.cwd_for(ctx), home=ws.home)
+            search_path = await ws.existing(params.path, ctx)
             limit = int_arg(params.limit)
             limit = DEFAULT_LIMIT if limit is None else limit
-            if not await ws.ops.exists(search_path):
-                raise ToolError(f"Path not found: {search_path}")
             try:
                 results: list[str] = await ws.ops.glob(
                     params.pattern, search_path, ignore=list(IGNORED), limit=limit

@@ -21,7 +21,6 @@ from .._tool import (
     wrap_tool_definition,
 )
 from ._errors import ToolError, abortable
-from ._paths import resolve_to_cwd
 from ._tooldef import int_arg, text_result
 from ._truncate import (
     DEFAULT_MAX_BYTES,
@@ -85,7 +84,7 @@ def create_grep_tool_definition(
         ctx: ToolContext | None,
     ) -> AgentToolResult[Any]:
         async with abortable(signal):
-            search_path = resolve_to_cwd(params.path or ".", ws.cwd_for(ctx), home=ws.home)
+            search_path = ws.resolve(params.path or ".", ctx)
             context = int_arg(params.context) or 0
             context = max(context, 0)
             requested = int_arg(params.limit)

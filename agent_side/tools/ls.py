@@ -22,7 +22,6 @@ from .._tool import (
 )
 from ._collation import collation_key
 from ._errors import ToolError, abortable, describe_error
-from ._paths import resolve_to_cwd
 from ._tooldef import int_arg, text_result
 from ._truncate import DEFAULT_MAX_BYTES, format_size, truncate_head
 from ._workspace import Workspace
@@ -65,11 +64,9 @@ def create_ls_tool_definition(
         ctx: ToolContext | None,
     ) -> AgentToolResult[Any]:
         async with abortable(signal):
-            directory = resolve_to_cwd(params.path or ".", ws.cwd_for(ctx), home=ws.home)
+            directory = await ws.existing(params.path, ctx)
             limit = int_arg(params.limit)
             limit = DEFAULT_LIMIT if limit is None else limit
-            if not await ws.ops.exists(directory):
-                raise ToolError(f"Path not found: {directory}")
             try:
                 stat = await ws.ops.stat(directory)
             except OpsError as exc:

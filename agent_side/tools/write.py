@@ -18,7 +18,6 @@ from .._tool import (
     wrap_tool_definition,
 )
 from ._errors import ToolError, check_aborted, describe_error
-from ._paths import resolve_to_cwd
 from ._queue import in_mutation_queue
 from ._tooldef import constrained_sampling, text_result
 from ._workspace import Workspace
@@ -54,7 +53,7 @@ def create_write_tool_definition(
         on_update: AgentToolUpdateCallback[Any] | None,
         ctx: ToolContext | None,
     ) -> AgentToolResult[Any]:
-        path = resolve_to_cwd(params.path, ws.cwd_for(ctx), home=ws.home)
+        path = ws.resolve(params.path, ctx)
         parent = posixpath.dirname(path)
 
         async def write() -> AgentToolResult[Any]:
