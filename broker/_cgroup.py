@@ -2,9 +2,10 @@
 
 Layout: the manager creates ``<own cgroup>/opsbroker-<pid>-<token>`` in the cgroup v2 tree it runs
 in (``/sys/fs/cgroup`` or the hybrid ``/sys/fs/cgroup/unified``) and one ``cmd-<n>`` child per
-command. The child process writes itself into the command's ``cgroup.procs`` between fork and exec,
-so it cannot fork before it is tracked. ``cgroup.kill`` (Linux 5.14) SIGKILLs every member at once,
-fork races included; ``cgroup.events`` says ``populated 0`` when the tree is empty.
+command. The child process writes itself into the command's ``cgroup.procs`` between fork and
+exec (:mod:`broker._spawn`), so it cannot fork before it is tracked. ``cgroup.kill`` (Linux 5.14)
+SIGKILLs every member at once, fork races included; ``cgroup.events`` says ``populated 0`` when
+the tree is empty.
 
 Limits (``pids.max``, memory) use the v2 controllers when the tree delegates them, else the v1
 ``pids`` and ``memory`` hierarchies of a hybrid host (groups of the same name there).
@@ -94,11 +95,6 @@ class CommandCgroup:
     path: str
     rel: str
     limit_paths: list[str] = field(default_factory=list)
-
-    def add(self, pid: int) -> None:
-        """Move process ``pid`` into every group (its future children are born there)."""
-        for group in (self.path, *self.limit_paths):
-            _write(os.path.join(group, "cgroup.procs"), str(pid))
 
     def pids(self) -> list[int]:
         try:
