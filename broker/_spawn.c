@@ -48,7 +48,7 @@ struct spawn_args {
     char *const *executables; /* candidate paths for argv[0], tried in order */
     char *const *argv;
     char *const *envp;
-    int cwd_fd, stdin_fd, stdout_fd;
+    int cwd_fd, stdin_fd, stdout_fd, stderr_fd;
     int cgroup_fds[MAX_CGROUPS];
     int n_cgroups;
     int ruleset_fd, no_new_privs;
@@ -92,12 +92,14 @@ static _Noreturn void child(const struct spawn_args *a, int errfd)
     if (setsid() < 0)
         fail(errfd, STEP_SESSION, errno);
 
-    int in = a->stdin_fd, out = a->stdout_fd;
+    int in = a->stdin_fd, out = a->stdout_fd, err = a->stderr_fd;
     if (in < 3 && (in = fcntl(in, F_DUPFD_CLOEXEC, 3)) < 0)
         fail(errfd, STEP_FDS, errno);
     if (out < 3 && (out = fcntl(out, F_DUPFD_CLOEXEC, 3)) < 0)
         fail(errfd, STEP_FDS, errno);
-    if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(out, 2) < 0)
+    if (err < 3 && (err = fcntl(err, F_DUPFD_CLOEXEC, 3)) < 0)
+        fail(errfd, STEP_FDS, errno);
+    if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0)
         fail(errfd, STEP_FDS, errno);
     if (a->cwd_fd >= 0 && fchdir(a->cwd_fd) < 0)
         fail(errfd, STEP_CWD, errno);
@@ -154,24 +156,28 @@ static char **bytes_array(PyObject *seq, const char *what, PyObject **keep)
 }
 
 PyDoc_STRVAR(spawn_doc,
-"spawn(executables, argv, env, *, stdin_fd, stdout_fd, cwd_fd=-1, cgroup_fds=(), ruleset_fd=-1,\n"
-"      no_new_privs=False) -> int\n\n"
+"spawn(executables, argv, env, *, stdin_fd, stdout_fd, stderr_fd=-1, cwd_fd=-1, cgroup_fds=(),\n"
+"      ruleset_fd=-1, no_new_privs=False) -> int\n\n"
 "Start argv[0] (trying each of `executables`) in a new session, in the given cgroups and Landlock\n"
-"ruleset, and return its pid once it has exec'd. Raises OSError whose filename names the step\n"
-"that failed: cgroup, setsid, fds, cwd, no_new_privs, landlock, exec (or signals).");
+"ruleset, and return its pid once it has exec'd; stderr goes with stdout unless given. Raises\n"
+"OSError whose filename names the step that failed: cgroup, setsid, fds, cwd, no_new_privs,\n"
+"landlock, exec (or signals).");
 
 static PyObject *spawn(PyObject *Py_UNUSED(module), PyObject *args, PyObject *kwargs)
 {
-    static char *kwlist[] = {"executables", "argv", "env", "cwd_fd", "stdin_fd", "stdout_fd",
-                             "cgroup_fds", "ruleset_fd", "no_new_privs", NULL};
+    static char *kwlist[] = {"executables", "argv",       "env",          "stdin_fd",
+                             "stdout_fd",   "stderr_fd",  "cwd_fd",       "cgroup_fds",
+                             "ruleset_fd",  "no_new_privs", NULL};
     PyObject *py_exes, *py_argv, *py_env, *py_cgroups = NULL;
     struct spawn_args a;
     memset(&a, 0, sizeof a);
-    a.ruleset_fd = a.cwd_fd = a.stdin_fd = a.stdout_fd = -1;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO|$iiiOip", kwlist, &py_exes, &py_argv,
-                                     &py_env, &a.cwd_fd, &a.stdin_fd, &a.stdout_fd, &py_cgroups,
-                                     &a.ruleset_fd, &a.no_new_privs))
+    a.ruleset_fd = a.cwd_fd = a.stdin_fd = a.stdout_fd = a.stderr_fd = -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO|$iiiiOip", kwlist, &py_exes, &py_argv,
+                                     &py_env, &a.stdin_fd, &a.stdout_fd, &a.stderr_fd, &a.cwd_fd,
+                                     &py_cgroups, &a.ruleset_fd, &a.no_new_privs))
         return NULL;
+    if (a.stderr_fd < 0)
+        a.stderr_fd = a.stdout_fd;
 
     PyObject *keep_exes = NULL, *keep_argv = NULL, *keep_env = NULL, *keep_cg = NULL;
     char **exes = NULL, **argv = NULL, **envp = NULL;
