@@ -429,7 +429,7 @@ class Broker:
                     return
             return
         with _treewalk.TreeAccess(self._root, "search", path) as tree:
-            if self._use_rg:
+            if self._use_rg and "\0" not in matcher.pattern:  # argv cannot carry a NUL
                 results = _rg.search(
                     tree,
                     matcher,
