@@ -15,7 +15,13 @@ from typing import Protocol, cast, runtime_checkable
 from ._errors import TooLarge
 from ._protocols import Backend
 
-__all__ = ["FALLBACK_WRITE_LIMIT", "ChunkedFileOperations", "read_chunks", "write_chunks"]
+__all__ = [
+    "FALLBACK_WRITE_LIMIT",
+    "ChunkedFileOperations",
+    "read_chunks",
+    "read_small",
+    "write_chunks",
+]
 
 FALLBACK_WRITE_LIMIT = 256 * 1024 * 1024  # a backend without write_chunks buffers the whole file
 
@@ -63,6 +69,26 @@ async def read_chunks(backend: Backend, path: str, chunk_size: int) -> AsyncGene
     view = memoryview(data)
     for start in range(0, len(data), chunk_size):
         yield bytes(view[start : start + chunk_size])
+
+
+async def read_small(backend: Backend, path: str, limit: int) -> bytes | None:
+    """The content of ``path`` if it holds at most ``limit`` bytes, else ``None``.
+
+    For front-ends that answer a small read in one message and stream only larger files. A
+    backend may offer ``read_small(path, limit)`` itself (``GuardedBackend`` does, so that only
+    reads that return content are audited); errors are those of ``read_file``.
+    """
+    own = getattr(backend, "read_small", None)
+    if own is not None:
+        return cast(bytes | None, await own(path, limit))
+    pieces = read_chunks(backend, path, limit + 1)
+    try:
+        first = await anext(pieces, b"")
+        if len(first) > limit or await anext(pieces, None) is not None:
+            return None
+        return first
+    finally:
+        await pieces.aclose()
 
 
 async def write_chunks(backend: Backend, path: str, chunks: AsyncIterable[bytes]) -> None:

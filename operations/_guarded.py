@@ -34,7 +34,7 @@ from types import TracebackType
 from typing import Protocol, Self
 
 from ._abort import AbortController, AbortSignal
-from ._chunked import read_chunks, write_chunks
+from ._chunked import read_chunks, read_small, write_chunks
 from ._errors import EscapesRoot, OpsError, PolicyDenied, TooLarge, Unavailable
 from ._policy import CommandEnvCache, Policy, PolicyEnforcer
 from ._protocols import Backend, PowerShellOperations
@@ -70,10 +70,11 @@ class AuditSink(Protocol):
 class _Entry:
     """The audit event of one call, filled in while the call runs."""
 
-    __slots__ = ("fields",)
+    __slots__ = ("fields", "skip")
 
     def __init__(self, fields: dict[str, object]) -> None:
         self.fields = fields
+        self.skip = False  # set by a call that turned out to do nothing (see read_small)
 
     def set(self, **fields: object) -> None:
         self.fields.update(fields)
@@ -192,7 +193,7 @@ class GuardedBackend:
             raise
         finally:
             entry.set(duration_ms=round((time.monotonic() - started) * 1000, 3))
-            if audit is not None:
+            if audit is not None and not entry.skip:
                 written = self._write(audit, entry)
         if not written and self.policy.audit.fail_closed:
             raise Unavailable(op, path, "the operation ran but its audit line could not be written")
@@ -246,6 +247,26 @@ class GuardedBackend:
                     yield piece
             finally:
                 await pieces.aclose()
+
+    async def read_small(self, path: str, limit: int) -> bytes | None:
+        """``read_file`` of a file of at most ``limit`` bytes, else ``None`` (see
+        :func:`~operations.read_small`). The same checks; a file too large is neither returned
+        nor audited here: the caller streams it with :meth:`read_chunks`, which audits it."""
+        async with self._audited("read_file", path) as entry:
+            self._check("read_file", path, entry)
+            data = await read_small(self.inner, path, limit)
+            if data is None:
+                entry.skip = True
+                return None
+            if len(data) > self.policy.max_read_bytes:
+                raise TooLarge(
+                    "read_file",
+                    path,
+                    f"file is {len(data)} bytes, above the policy's max_read_bytes "
+                    f"({self.policy.max_read_bytes})",
+                )
+            entry.set(bytes_out=len(data))
+            return data
 
     async def access(self, path: str, *, writable: bool = False) -> None:
         async with self._audited("access", path, writable=writable) as entry:

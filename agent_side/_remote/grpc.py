@@ -269,7 +269,8 @@ class GrpcBackend:
             )
             started = False
             try:
-                async for reply in call:
+                # read() rather than `async for`: the iterator costs an extra generator per call.
+                while (reply := await call.read()) is not grpc.aio.EOF:
                     started = True
                     yield reply
                 return
@@ -312,13 +313,19 @@ class GrpcBackend:
 
     async def read_file(self, path: str) -> bytes:
         _check("read_file", path)
+        # Most files fit in one chunk: one unary call. A larger one is streamed (the broker
+        # read nothing for the first call, so the stream is the one consistent read).
+        small = await self._call("read_file", path, "ReadSmallFile", _p(path))
+        if small.complete:
+            return small.data  # type: ignore[no-any-return]
         stub = await self._ensure()
-        pieces = bytearray()
+        pieces: list[bytes] = []
         async for chunk in self._stream(
             "read_file", path, stub.ReadFile, pb.PathRequest(path=path)
         ):
-            pieces += chunk.data
-        return bytes(pieces)
+            pieces.append(chunk.data)
+        # One piece (every small file) is returned as is; more are joined with one copy.
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
     async def read_chunks(
         self, path: str, *, chunk_size: int = CHUNK_BYTES

@@ -36,6 +36,7 @@ from operations import (
     KillReason,
     TooLarge,
     read_chunks,
+    read_small,
     write_chunks,
 )
 
@@ -108,6 +109,11 @@ class Service:
         path = parse(pb.PathRequest, request, "read_file").path
         async for chunk in read_chunks(self.backend, path, CHUNK_BYTES):
             await call.send(pb.Chunk(data=chunk))
+
+    async def ReadSmallFile(self, request: bytes, call: Call) -> None:
+        path = parse(pb.PathRequest, request, "read_file").path
+        data = await read_small(self.backend, path, CHUNK_BYTES)
+        await call.send(pb.SmallFile(data=data or b"", complete=data is not None))
 
     async def Access(self, request: bytes, call: Call) -> None:
         req = parse(pb.AccessRequest, request, "access")

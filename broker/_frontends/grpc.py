@@ -3,9 +3,10 @@
 Each method is a translation: wire message -> backend call -> wire message, inside one
 :class:`~._grpcwire.CallScope` that logs the call and turns an :class:`~operations.OpsError` into a
 status code plus an ``ErrorDetail`` in the trailing metadata (``_grpcwire.STATUS`` is the one
-mapping). Who may call is decided before any method runs (``_grpcauth``: an interceptor applied to
-every service, health and reflection included), so a refused call performs nothing. Each call then
-runs on the backend behind the broker's policy and audit, as its principal.
+mapping). Who may call is decided before any method runs (``_grpcauth``: every method of every
+service, health and reflection included, is wrapped as it is registered), so a refused call
+performs nothing. Each call then runs on the backend behind the broker's policy and audit, as its
+principal.
 
 **Cancellation:** a client that cancels, passes its deadline or disappears gets its handler task
 cancelled by grpc.aio; the backend call is cancelled with it (``exec`` kills the command tree
@@ -41,16 +42,17 @@ from operations import (
     OpsError,
     Timeout,
     read_chunks,
+    read_small,
     write_chunks,
 )
 
 from .._guard import Enforcement
-from ._grpcauth import Authenticator, AuthInterceptor
+from ._grpcauth import AuthenticatedServer, Authenticator
 from ._grpcwire import SERVICE_NAME, CallScope, Undecodable, current_principal
 
 __all__ = [
     "SERVICE_NAME",
-    "AuthInterceptor",
+    "AuthenticatedServer",
     "Authenticator",
     "BrokerServicer",
 ]
@@ -218,8 +220,20 @@ class BrokerServicer(pb_grpc.BrokerServicer):
             try:
                 async for piece in pieces:
                     await context.write(pb.Chunk(data=piece))
-            finally:
+            except BaseException:
+                # A stream that ran to its end is closed already; only an interrupted one
+                # must still be closed (and the cleanup task costs a loop pass: not per call).
                 await self._finish(pieces.aclose())
+                raise
+
+    async def ReadSmallFile(
+        self, request: pb.PathRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.SmallFile:
+        async with CallScope(context, "read_file", request.path):
+            data = await read_small(self._ops(context), request.path, CHUNK_BYTES)
+            if data is None:
+                return pb.SmallFile(complete=False)
+            return pb.SmallFile(data=data, complete=True)
 
     async def Access(
         self, request: pb.AccessRequest, context: grpc.aio.ServicerContext[Any, Any]

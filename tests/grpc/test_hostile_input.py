@@ -35,10 +35,10 @@ pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 SERVICE = "/opsbroker.v1.Broker/"
 UNARY = ["Capabilities", "Access", "DetectImageMimeType", "Mkdir", "Exists", "Stat", "Lstat"]
-UNARY += ["IsDirectory", "Remove", "Rename"]
+UNARY += ["IsDirectory", "Remove", "Rename", "ReadSmallFile"]
 SERVER_STREAM = ["ReadFile", "Readdir", "ListDir", "Glob", "Search"]
 PATH_METHODS = ["ReadFile", "Access", "DetectImageMimeType", "Mkdir", "Exists", "Stat", "Lstat"]
-PATH_METHODS += ["IsDirectory", "Readdir", "ListDir"]
+PATH_METHODS += ["IsDirectory", "Readdir", "ListDir", "ReadSmallFile"]
 
 # What a hostile request may get back. Never UNKNOWN, never the broker's own INTERNAL.
 DEFINED = {

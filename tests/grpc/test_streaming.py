@@ -138,6 +138,42 @@ async def test_guard_limits_streams_and_audits_totals(tmp_path: Path) -> None:
     ]
 
 
+async def test_a_read_over_grpc_is_one_call_when_small_and_one_audit_line_either_way(
+    tmp_path: Path,
+) -> None:
+    """A file that fits in one chunk comes back in one unary reply; a larger one is streamed
+    after the broker declined it without auditing, so each read is audited exactly once."""
+    from opsbroker.v1.codec import CHUNK_BYTES
+
+    from broker._audit import read_records
+
+    audit = tmp_path / "audit.jsonl"
+    (tmp_path / "ROOT").mkdir()
+    sizes = [0, 1, CHUNK_BYTES, CHUNK_BYTES + 1, 3 * CHUNK_BYTES + 7]
+    for size in sizes:
+        (tmp_path / "ROOT" / f"f{size}").write_bytes(os.urandom(size))
+    async with serving(tmp_path, None, audit_log=audit) as server, client(server) as ops:
+        for size in sizes:
+            data = await ops.read_file(f"{ops.root}/f{size}")
+            assert data == (tmp_path / "ROOT" / f"f{size}").read_bytes()
+        small = await ops._call("read_file", ops.root, "ReadSmallFile", _path(f"{ops.root}/f1"))
+        assert small.complete and small.data == (tmp_path / "ROOT" / "f1").read_bytes()
+        large = f"{ops.root}/f{CHUNK_BYTES + 1}"
+        declined = await ops._call("read_file", ops.root, "ReadSmallFile", _path(large))
+        assert not declined.complete and not declined.data
+    reads = [r for r in read_records([audit]) if r.get("op") == "read_file"]
+    assert [(r["decision"], r.get("bytes_out")) for r in reads] == [
+        *[("allow", size) for size in sizes],
+        ("allow", 1),
+    ]
+
+
+def _path(path: str) -> object:
+    from opsbroker.v1 import broker_pb2 as pb
+
+    return pb.PathRequest(path=path)
+
+
 async def test_grpc_client_streams_and_a_failing_stream_writes_nothing(tmp_path: Path) -> None:
     async with serving(tmp_path, None) as server, client(server) as ops:
         root = Path(ops.root)

@@ -78,6 +78,14 @@ class Chunk(_message.Message):
     data: bytes
     def __init__(self, data: _Optional[bytes] = ...) -> None: ...
 
+class SmallFile(_message.Message):
+    __slots__ = ("data", "complete")
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    COMPLETE_FIELD_NUMBER: _ClassVar[int]
+    data: bytes
+    complete: bool
+    def __init__(self, data: _Optional[bytes] = ..., complete: _Optional[bool] = ...) -> None: ...
+
 class WriteFileRequest(_message.Message):
     __slots__ = ("path", "data", "size")
     PATH_FIELD_NUMBER: _ClassVar[int]

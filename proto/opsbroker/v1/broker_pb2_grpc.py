@@ -44,6 +44,11 @@ class BrokerStub:
                 request_serializer=opsbroker_dot_v1_dot_broker__pb2.PathRequest.SerializeToString,
                 response_deserializer=opsbroker_dot_v1_dot_broker__pb2.Chunk.FromString,
                 _registered_method=True)
+        self.ReadSmallFile = channel.unary_unary(
+                '/opsbroker.v1.Broker/ReadSmallFile',
+                request_serializer=opsbroker_dot_v1_dot_broker__pb2.PathRequest.SerializeToString,
+                response_deserializer=opsbroker_dot_v1_dot_broker__pb2.SmallFile.FromString,
+                _registered_method=True)
         self.Access = channel.unary_unary(
                 '/opsbroker.v1.Broker/Access',
                 request_serializer=opsbroker_dot_v1_dot_broker__pb2.AccessRequest.SerializeToString,
@@ -133,6 +138,14 @@ class BrokerServicer:
 
     def ReadFile(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReadSmallFile(self, request, context):
+        """A file that fits in one chunk, in one reply (a stream costs a small read about half again
+        as much); a larger one is not read, and the client streams it with ReadFile.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -243,6 +256,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.ReadFile,
                     request_deserializer=opsbroker_dot_v1_dot_broker__pb2.PathRequest.FromString,
                     response_serializer=opsbroker_dot_v1_dot_broker__pb2.Chunk.SerializeToString,
+            ),
+            'ReadSmallFile': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReadSmallFile,
+                    request_deserializer=opsbroker_dot_v1_dot_broker__pb2.PathRequest.FromString,
+                    response_serializer=opsbroker_dot_v1_dot_broker__pb2.SmallFile.SerializeToString,
             ),
             'Access': grpc.unary_unary_rpc_method_handler(
                     servicer.Access,
@@ -374,6 +392,33 @@ class Broker:
             '/opsbroker.v1.Broker/ReadFile',
             opsbroker_dot_v1_dot_broker__pb2.PathRequest.SerializeToString,
             opsbroker_dot_v1_dot_broker__pb2.Chunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReadSmallFile(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/opsbroker.v1.Broker/ReadSmallFile',
+            opsbroker_dot_v1_dot_broker__pb2.PathRequest.SerializeToString,
+            opsbroker_dot_v1_dot_broker__pb2.SmallFile.FromString,
             options,
             channel_credentials,
             insecure,
