@@ -57,14 +57,29 @@ def _chunked(backend: object) -> bool:
 _CHUNKED: dict[type, bool] = {}
 
 
-async def read_chunks(backend: Backend, path: str, chunk_size: int) -> AsyncGenerator[bytes, None]:
-    """Stream ``path`` from ``backend``, in pieces of at most ``chunk_size`` bytes."""
+def read_chunks(backend: Backend, path: str, chunk_size: int) -> AsyncGenerator[bytes, None]:
+    """Stream ``path`` from ``backend``, in pieces of at most ``chunk_size`` bytes.
+
+    A backend's own stream (an async generator: it can be closed early) is returned as it is,
+    not relayed: each layer of a stack (front-end, guard, core) would otherwise add a generator
+    step per piece.
+    """
     if _chunked(backend):
-        streaming = cast(ChunkedFileOperations, backend)
-        async for piece in streaming.read_chunks(path, chunk_size=chunk_size):
-            for start in range(0, len(piece), chunk_size):
-                yield piece[start : start + chunk_size]
-        return
+        pieces = cast(ChunkedFileOperations, backend).read_chunks(path, chunk_size=chunk_size)
+        if isinstance(pieces, AsyncGenerator):
+            return pieces
+        return _sliced(pieces, chunk_size)
+    return _whole(backend, path, chunk_size)
+
+
+async def _sliced(pieces: AsyncIterator[bytes], chunk_size: int) -> AsyncGenerator[bytes, None]:
+    async for piece in pieces:
+        for start in range(0, len(piece), chunk_size):
+            yield piece[start : start + chunk_size]
+
+
+async def _whole(backend: Backend, path: str, chunk_size: int) -> AsyncGenerator[bytes, None]:
+    """A backend without streams: the whole file, then sliced (it holds it in memory anyway)."""
     data = await backend.read_file(path)
     view = memoryview(data)
     for start in range(0, len(data), chunk_size):

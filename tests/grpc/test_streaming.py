@@ -108,6 +108,46 @@ async def test_core_cancelled_midway_leaves_no_file_and_no_fd(tmp_path: Path) ->
     assert len(os.listdir("/proc/self/fd")) == fds
 
 
+@pytest.mark.parametrize("cached", [True, False])
+async def test_core_reads_cached_pieces_on_the_loop_and_others_in_threads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cached: bool
+) -> None:
+    """Pieces the page cache holds are read without a thread hop; the others (forced here) in
+    threads, at the right offsets either way."""
+    import broker._core as core_module
+
+    taken: list[bool] = []
+    real = core_module._read_cached
+
+    def read_cached(fd: int, buffer: bytearray, offset: int) -> bytes | None:
+        piece = real(fd, buffer, offset) if cached else None
+        taken.append(piece is not None)
+        return piece
+
+    monkeypatch.setattr(core_module, "_read_cached", read_cached)
+    size = 3 * MiB + 12_345
+    content = b"".join(i.to_bytes(4, "big") for i in range(size // 4 + 1))[:size]
+    (tmp_path / "big.bin").write_bytes(content)
+    async with Broker(str(tmp_path)) as core:
+        pieces = [p async for p in core.read_chunks(f"{tmp_path}/big.bin", chunk_size=MiB)]
+    assert b"".join(pieces) == content and max(map(len, pieces)) <= MiB
+    assert taken and all(taken) is cached and any(taken) is cached
+
+
+def test_chunk_data_view_is_the_data_without_a_copy() -> None:
+    from opsbroker.v1 import broker_pb2 as pb
+    from opsbroker.v1.codec import chunk_data_view
+
+    for size in (0, 1, 127, 128, 16_383, 16_384, MiB):
+        data = os.urandom(size)
+        raw = pb.Chunk(data=data).SerializeToString()
+        view = chunk_data_view(raw)
+        assert bytes(view) == data
+        assert size == 0 or view.obj is raw  # a view into the received message
+    unusual = b"\x10\x01" + pb.Chunk(data=b"abc").SerializeToString()  # an unknown field first
+    assert bytes(chunk_data_view(unusual)) == b"abc"
+
+
 async def test_guard_limits_streams_and_audits_totals(tmp_path: Path) -> None:
     root = tmp_path / "ROOT"
     root.mkdir()
