@@ -21,12 +21,20 @@ and waits, at most ``exec_grace`` seconds, until it has, exactly like a local ``
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
 import io
 import os
 import urllib.parse
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import (
+    AsyncIterable,
+    AsyncIterator,
+    Callable,
+    Coroutine,
+    Mapping,
+    Sequence,
+)
 from pathlib import Path
 from types import TracebackType
 from typing import Any, NoReturn, Self
@@ -526,14 +534,16 @@ class GrpcBackend:
             return ExecResult(None, KillReason.ABORTED)
         _check("exec", cwd, command, *(env or {}).keys(), *(env or {}).values())
         stub = await self._ensure()
-        start = pb.ExecRequest(command=command, cwd=cwd, shell=shell)
+        # One request (Run), no client stream: an abort travels as an AbortRun naming the
+        # command by this id, and the Run call then reports the kill.
+        start = pb.ExecRequest(command=command, cwd=cwd, shell=shell, abort_id=os.urandom(16).hex())
         if env:
             start.env.update(env)
         if timeout is not None:
             start.timeout = timeout
         deadline = None if timeout is None else timeout + self._exec_grace
-        call = stub.Exec(timeout=deadline, metadata=self._metadata)
-        run = _ExecCall(call, on_data, self._exec_grace)
+        call = stub.Run(start, timeout=deadline, metadata=self._metadata)
+        run = _ExecCall(call, on_data, self._exec_grace, self._abort_run(start.abort_id))
         remove: Callable[[], None] | None = None
         loop = asyncio.get_running_loop()
         try:
@@ -543,9 +553,9 @@ class GrpcBackend:
                     loop.call_soon_threadsafe(run.abort)
 
                 remove = signal.add_listener(on_abort)
-            # The call runs in its own task: a cancellation of ours must not reach grpc's read
-            # (that would cut the RPC at once) but first ask the broker to kill the tree.
-            reader = loop.create_task(run.result(pb.ExecInput(start=start)))
+            # The call is read in its own task: a cancellation of ours must not reach grpc's
+            # read (that would cut the RPC at once) but first ask the broker to kill the tree.
+            reader = loop.create_task(run.result())
             try:
                 return await asyncio.shield(reader)
             except asyncio.CancelledError:
@@ -569,30 +579,49 @@ class GrpcBackend:
                 remove()
             run.close()
 
+    def _abort_run(self, abort_id: str) -> Callable[[], Coroutine[Any, Any, None]]:
+        """What asks the broker to kill the command named ``abort_id`` (errors ignored: the
+        exec's grace period covers a broker that cannot be told)."""
+
+        async def send() -> None:
+            stub = self._stub
+            if stub is None:
+                return
+            with contextlib.suppress(Exception):  # e.g. the channel closed meanwhile
+                await stub.AbortRun(
+                    pb.AbortRunRequest(abort_id=abort_id),
+                    timeout=self._exec_grace,
+                    metadata=self._metadata,
+                )
+
+        return send
+
 
 class _ExecCall:
-    """One running ``Exec`` stream: output to ``on_data``, then the exit event."""
+    """One running ``Run`` stream: output to ``on_data``, then the exit event."""
 
-    def __init__(self, call: Any, on_data: OnData, grace: float) -> None:
+    def __init__(
+        self,
+        call: Any,
+        on_data: OnData,
+        grace: float,
+        send_abort: Callable[[], Coroutine[Any, Any, None]],
+    ) -> None:
         self._call = call
         self._on_data = on_data
         self._grace = grace
+        self._send_abort = send_abort
         self._scope: asyncio.Timeout | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self.aborted = False
         self.finished = False  # the exit event arrived: the call ends by itself
-        self._started = False  # the start message is written: an abort may follow it
 
-    async def result(self, start: pb.ExecInput) -> ExecResult:
-        if self.aborted:  # aborted before the start was sent: nothing runs on the broker
-            return ExecResult(None, KillReason.ABORTED)
+    async def result(self) -> ExecResult:
         async with asyncio.timeout(None) as scope:
             self._scope = scope
+            if self.aborted:  # aborted before this task ran: the grace starts now
+                scope.reschedule(asyncio.get_running_loop().time() + self._grace)
             try:
-                await self._call.write(start)
-                self._started = True
-                if self.aborted:  # while the start was being written
-                    await self._send_abort()
                 return await self._read_until_exit()
             except TimeoutError:
                 if not self.aborted:
@@ -624,18 +653,11 @@ class _ExecCall:
         if self.aborted:
             return
         self.aborted = True
-        if self._started:  # else `result` sends it once the start is written, or never starts
-            task = asyncio.get_running_loop().create_task(self._send_abort())
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+        task = asyncio.get_running_loop().create_task(self._send_abort())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
         if self._scope is not None:
             self._scope.reschedule(asyncio.get_running_loop().time() + self._grace)
-
-    async def _send_abort(self) -> None:
-        try:
-            await self._call.write(pb.ExecInput(abort=pb.Empty()))
-        except Exception:  # the call already ended: nothing left to abort
-            return
 
     async def stop_after_cancel(self, reader: asyncio.Task[ExecResult]) -> None:
         """On task cancellation: abort, and wait (at most ``grace``) for the broker to report
@@ -659,8 +681,8 @@ class _ExecCall:
                 asyncio.get_running_loop().call_later(TRAILER_WAIT, call.cancel)
             else:
                 call.cancel()
-        for task in self._tasks:
-            task.cancel()
+        # An AbortRun still on its way is left to finish: cancelling it could leave the
+        # broker's early-abort note behind for nothing (it is bounded either way).
 
 
 def _check(op: str, path: object, *texts: object) -> None:

@@ -58,6 +58,7 @@ __all__ = [
 ]
 
 MAX_GUARDS = 1024  # cached (principal, peer) policy guards; cleared when full
+MAX_EARLY_ABORTS = 1024  # AbortRun calls remembered for a Run not seen yet; the oldest go first
 STREAM_IDLE_TIMEOUT = 60.0  # seconds a client stream may stall between messages before we give up
 
 
@@ -146,6 +147,8 @@ class BrokerServicer(pb_grpc.BrokerServicer):
         self._enforcement = enforcement
         self._guards: dict[tuple[str, str], Backend] = {}
         self._running: set[AbortController] = set()
+        self._abortable: dict[tuple[str, str], AbortController] = {}  # (principal, abort_id)
+        self._early_aborts: dict[tuple[str, str], None] = {}  # in arrival order
         self._cleanups: set[asyncio.Future[None]] = set()
 
     def _ops(self, context: grpc.aio.ServicerContext[Any, Any]) -> Backend:
@@ -400,39 +403,86 @@ class BrokerServicer(pb_grpc.BrokerServicer):
             first = await _read(context, "exec")
             if first is grpc.aio.EOF or first.WhichOneof("input") != "start":
                 raise InvalidArgument("exec", None, "the first message must be `start`")
-            request: pb.ExecRequest = first.start
-            if request.shell == pb.SHELL_POWERSHELL:
-                runner: Any = self._ops(context).powershell
-            elif request.shell in (pb.SHELL_UNSPECIFIED, pb.SHELL_BASH):
-                runner = self._ops(context)
-            else:
-                raise InvalidArgument("exec", request.cwd, f"unknown shell {request.shell}")
-            timeout = _exec_timeout(request)
             controller = AbortController()
-
-            on_data = _Output(context)
             watcher = asyncio.create_task(_watch_abort(context, controller))
-            self._running.add(controller)
             try:
-                result = await runner.exec(
-                    request.command,
-                    request.cwd,
-                    on_data=on_data,
-                    signal=controller.signal,
-                    timeout=timeout,
-                    env=dict(request.env) if request.env else None,
-                )
+                await self._run(first.start, context, controller)
             finally:
-                self._running.discard(controller)
                 watcher.cancel()
-            reason = result.kill_reason
-            if reason is KillReason.ABORTED and controller.signal.reason is _SHUTDOWN:
-                reason = KillReason.SHUTDOWN
-            end = pb.ExecExit(kill_reason=kill_reason_to_wire(reason))
-            if result.exit_code is not None:
-                end.exit_code = result.exit_code
-            await on_data.drain()
-            await context.write(pb.ExecEvent(exit=end))
+
+    async def Run(
+        self, request: pb.ExecRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> None:
+        async with CallScope(context, "exec", None):
+            controller = AbortController()
+            if not request.abort_id:
+                await self._run(request, context, controller)
+                return
+            key = (current_principal.get(), request.abort_id)
+            if key in self._abortable:
+                raise InvalidArgument(
+                    "exec", request.cwd, "`abort_id` names a command still running; pick a new one"
+                )
+            if key in self._early_aborts:
+                del self._early_aborts[key]
+                controller.abort("client")  # its AbortRun came first: it starts aborted
+            self._abortable[key] = controller
+            try:
+                await self._run(request, context, controller)
+            finally:
+                del self._abortable[key]
+
+    async def AbortRun(
+        self, request: pb.AbortRunRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.Empty:
+        async with CallScope(context, "abort_exec", None):
+            if not request.abort_id:
+                raise InvalidArgument("abort_exec", None, "`abort_id` must not be empty")
+            key = (current_principal.get(), request.abort_id)
+            controller = self._abortable.get(key)
+            if controller is not None:
+                controller.abort("client")
+            else:  # the Run is not here yet (or is over): remembered, within a bound
+                if len(self._early_aborts) >= MAX_EARLY_ABORTS:
+                    del self._early_aborts[next(iter(self._early_aborts))]
+                self._early_aborts[key] = None
+            return pb.Empty()
+
+    async def _run(
+        self,
+        request: pb.ExecRequest,
+        context: grpc.aio.ServicerContext[Any, Any],
+        controller: AbortController,
+    ) -> None:
+        """Run ``request`` on the backend, streaming its output, then write the exit event."""
+        if request.shell == pb.SHELL_POWERSHELL:
+            runner: Any = self._ops(context).powershell
+        elif request.shell in (pb.SHELL_UNSPECIFIED, pb.SHELL_BASH):
+            runner = self._ops(context)
+        else:
+            raise InvalidArgument("exec", request.cwd, f"unknown shell {request.shell}")
+        timeout = _exec_timeout(request)
+        on_data = _Output(context)
+        self._running.add(controller)
+        try:
+            result = await runner.exec(
+                request.command,
+                request.cwd,
+                on_data=on_data,
+                signal=controller.signal,
+                timeout=timeout,
+                env=dict(request.env) if request.env else None,
+            )
+        finally:
+            self._running.discard(controller)
+        reason = result.kill_reason
+        if reason is KillReason.ABORTED and controller.signal.reason is _SHUTDOWN:
+            reason = KillReason.SHUTDOWN
+        end = pb.ExecExit(kill_reason=kill_reason_to_wire(reason))
+        if result.exit_code is not None:
+            end.exit_code = result.exit_code
+        await on_data.drain()
+        await context.write(pb.ExecEvent(exit=end))
 
 
 def _retrieve(future: asyncio.Future[Any]) -> None:
