@@ -1,10 +1,14 @@
 """Per-command cgroups: a cgroup v2 group per command for tracking and ``cgroup.kill``, plus limits.
 
-Layout: the manager creates ``<own cgroup>/opsbroker-<pid>-<token>`` in the cgroup v2 tree it runs
-in (``/sys/fs/cgroup`` or the hybrid ``/sys/fs/cgroup/unified``) and one ``cmd-<n>`` child per
-command. The child process writes itself into the command's ``cgroup.procs`` between fork and exec,
-so it cannot fork before it is tracked. ``cgroup.kill`` (Linux 5.14) SIGKILLs every member at once,
-fork races included; ``cgroup.events`` says ``populated 0`` when the tree is empty.
+Layout: the manager creates ``<own cgroup>/opsbroker-<pid namespace>-<pid>-<start time>-<token>``
+in the cgroup v2 tree it runs in (``/sys/fs/cgroup`` or the hybrid ``/sys/fs/cgroup/unified``) and
+one ``cmd-<n>`` child per command. The name says which process owns the group: a new manager
+kills what still runs in the groups of owners that are gone (a broker killed with SIGKILL leaves
+its commands and groups behind) and removes those groups, and a manager never closed removes its
+own when the interpreter exits. The child process writes itself into the command's ``cgroup.procs`` between fork and
+exec (:mod:`broker._spawn`), so it cannot fork before it is tracked. ``cgroup.kill`` (Linux 5.14)
+SIGKILLs every member at once, fork races included; ``cgroup.events`` says ``populated 0`` when
+the tree is empty.
 
 Limits (``pids.max``, memory) use the v2 controllers when the tree delegates them, else the v1
 ``pids`` and ``memory`` hierarchies of a hybrid host (groups of the same name there).
@@ -14,15 +18,27 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
+import re
 import secrets
 import time
+import weakref
 from dataclasses import dataclass, field
+
+from ._proctree import read_stat
 
 __all__ = ["CgroupTree", "CommandCgroup", "cgroup_kill"]
 
+log = logging.getLogger(__name__)
+
 RMDIR_RETRY_S = 0.5
 """How long to retry removing a group that the kernel still reports busy just after its last exit."""
+
+PURGE_WAIT_S = 2.0
+"""How long a purge waits for the processes it killed to be gone before removing their groups."""
+
+_OWNED = re.compile(r"opsbroker-(\d+)-(\d+)-(\d+)-[0-9a-f]+\Z")
 
 
 def _read(path: str) -> str:
@@ -87,6 +103,60 @@ def _remove(path: str) -> None:
             time.sleep(0.005)
 
 
+def _owner() -> str:
+    """``<pid namespace>-<pid>-<start time>``: names this process, never another one."""
+    st = read_stat(os.getpid())
+    return f"{os.stat('/proc/self/ns/pid').st_ino}-{os.getpid()}-{st.starttime if st else 0}"
+
+
+def _orphaned(name: str) -> bool:
+    """Whether ``name`` is the group of a manager whose process is gone (in our pid namespace)."""
+    m = _OWNED.match(name)
+    if m is None:
+        return False
+    ns, pid, start = map(int, m.groups())
+    if ns != os.stat("/proc/self/ns/pid").st_ino:
+        return False  # another namespace's pids mean nothing here
+    st = read_stat(pid)
+    return st is None or st.starttime != start
+
+
+def _purge(group: str, *, kill: bool) -> None:
+    """Remove ``group`` and its command groups; with ``kill`` (v2), SIGKILL and wait out
+    whatever still runs in them first. Best effort: what cannot be removed stays."""
+    with contextlib.suppress(OSError):
+        if kill and "populated 1" in _read(os.path.join(group, "cgroup.events")):
+            cgroup_kill(group)
+            deadline = time.monotonic() + PURGE_WAIT_S
+            while "populated 1" in _read(os.path.join(group, "cgroup.events")):
+                if time.monotonic() > deadline:
+                    return
+                time.sleep(0.005)
+        for entry in os.scandir(group):
+            if entry.is_dir(follow_symlinks=False):
+                _remove(entry.path)
+        _remove(group)
+
+
+def _purge_orphans(base: str, *, kill: bool) -> None:
+    """Purge the groups under ``base`` whose managers are gone."""
+    try:
+        names = [n for n in os.listdir(base) if n.startswith("opsbroker-")]
+    except OSError:
+        return
+    for name in names:
+        if _orphaned(name):
+            log.info("cgroup: removing %s, left by a broker that is gone", name)
+            _purge(os.path.join(base, name), kill=kill)
+
+
+def _purge_at_exit(pid: int, path: str, v1_groups: list[str]) -> None:
+    if os.getpid() == pid:  # not in a forked child
+        _purge(path, kill=True)
+        for group in v1_groups:
+            _purge(group, kill=False)
+
+
 @dataclass
 class CommandCgroup:
     """One command's groups: ``path`` (v2, tracking and kill) and any v1 limit groups."""
@@ -94,11 +164,6 @@ class CommandCgroup:
     path: str
     rel: str
     limit_paths: list[str] = field(default_factory=list)
-
-    def add(self, pid: int) -> None:
-        """Move process ``pid`` into every group (its future children are born there)."""
-        for group in (self.path, *self.limit_paths):
-            _write(os.path.join(group, "cgroup.procs"), str(pid))
 
     def pids(self) -> list[int]:
         try:
@@ -142,6 +207,10 @@ class CgroupTree:
         self._v2_controllers = v2_controllers
         self._v1_groups = v1_groups
         self._counter = 0
+        # A manager that is never closed still kills its commands and removes its groups.
+        self._at_exit = weakref.finalize(
+            self, _purge_at_exit, os.getpid(), path, list(v1_groups.values())
+        )
 
     @classmethod
     def create(cls) -> CgroupTree | None:
@@ -150,13 +219,14 @@ class CgroupTree:
             own = _own_paths()
         except OSError:
             return None
-        name = f"opsbroker-{os.getpid()}-{secrets.token_hex(4)}"
+        name = f"opsbroker-{_owner()}-{secrets.token_hex(4)}"
         for root, point, fstype, _opts in mounts:
             if fstype != "cgroup2" or "" not in own:
                 continue
             base = _join(root, point, own[""])
             if base is None:
                 continue
+            _purge_orphans(base, kill=True)
             path = os.path.join(base, name)
             try:
                 os.mkdir(path)
@@ -203,6 +273,7 @@ class CgroupTree:
                 base = _join(root, point, own[key]) if key is not None else None
                 if base is None:
                     continue
+                _purge_orphans(base, kill=False)  # their processes were killed through v2
                 path = os.path.join(base, name)
                 try:
                     os.mkdir(path)
@@ -243,6 +314,7 @@ class CgroupTree:
 
     def remove(self) -> None:
         """Remove the manager's groups (every command group must be gone already)."""
+        self._at_exit.detach()
         for group in (self.path, *self._v1_groups.values()):
             with contextlib.suppress(OSError):
                 _remove(group)

@@ -2,8 +2,8 @@
 
 Landlock is an unprivileged Linux security module (5.13+). A process restricts itself and all its
 future descendants, irrevocably; the kernel checks every access on the *resolved* object, so
-symlinks, ``..`` and races cannot lead a write outside the allowed trees. We use it between fork
-and exec of each command (``preexec_fn``), so the broker itself stays unrestricted.
+symlinks, ``..`` and races cannot lead a write outside the allowed trees. We enter it between fork
+and exec of each command, so the broker itself stays unrestricted.
 
 What a sandboxed command may do:
 
@@ -247,14 +247,13 @@ def _create_ruleset(abi: int, rules: Sequence[Rule], *, handle_fs: bool, scoped:
 
 
 class Ruleset:
-    """A Landlock ruleset built in the broker and entered with :meth:`preexec`.
+    """A Landlock ruleset built in the broker and entered by each command between fork and exec.
 
     The broker does the work (opening the allowed paths, adding rules); entering it takes only
-    two system calls, ``prctl(PR_SET_NO_NEW_PRIVS)`` and ``landlock_restrict_self``, so
-    :meth:`preexec` is safe between fork and exec. Both calls act on the calling *thread*: the
-    process manager instead calls it in a short-lived thread that then spawns the command (no
-    Python in the child, so ``subprocess`` can vfork). Each call makes a new Landlock domain, so
-    one object serves any number of commands, each in a domain of its own.
+    two system calls, ``prctl(PR_SET_NO_NEW_PRIVS)`` and ``landlock_restrict_self``: the process
+    manager's native spawner makes them in the child (:meth:`entry`), and :meth:`preexec` makes
+    them from Python for a ``preexec_fn``. Each entry makes a new Landlock domain, so one object
+    serves any number of commands, each in a domain of its own.
 
     Args:
         rules: what is allowed; with ``handle_fs`` every other filesystem access is denied.
@@ -301,6 +300,17 @@ class Ruleset:
     def signal_scoping(self) -> bool:
         """Whether a process in this ruleset cannot signal anything outside it."""
         return bool(self.scoped & SCOPE_SIGNAL)
+
+    def entry(self) -> tuple[int, bool]:
+        """The ruleset fd and whether to set ``no_new_privs`` first, for a spawner that enters
+        the ruleset in the child itself (:mod:`broker._spawn`).
+
+        Raises:
+            OSError: the ruleset is closed (a command must then not start, rather than run bare).
+        """
+        if self._fd < 0:
+            raise OSError(errno.EBADF, "sandbox is closed")
+        return self._fd, self._no_new_privs
 
     def preexec(self) -> None:
         """Restrict the calling thread (a forked child before exec, or a thread about to spawn

@@ -21,14 +21,11 @@ outside its own tree, so ``kill $PPID`` fails; the new session already keeps ``k
 command's domain also confines the filesystem: it writes only under the root and its private
 temp directory (``TMPDIR``), and the sandbox scopes signals itself.
 
-Spawning never runs Python in the child, so ``subprocess`` can vfork (a fork costs milliseconds
-per command on a VM, growing with the broker's memory). The working directory is entered through
-``/proc/self/fd/<cwd_fd>``; a one-line ``sh`` trampoline writes itself into the command's cgroup
-before it execs the command, so the command cannot fork untracked. With signal scoping or a
-sandbox, a fresh thread enters a new Landlock domain and spawns the trampoline, which waits at a
-gate (its stdin) until that thread has exited; so the command gets a domain of its own and nothing
-in the broker is left in it. A gated trampoline is moved into its cgroups by the broker while it
-waits (a sandboxed one could not write ``cgroup.procs`` itself), before anything can fork.
+Spawning goes through :mod:`broker._spawn` (C, vfork): between fork and exec the child, using
+system calls only, writes itself into the command's cgroups, starts a new session, takes its
+stdio, enters the working directory by fd and its own new Landlock domain, then execs. So the
+command cannot fork untracked, runs scoped from its first instruction, and nothing in the broker
+enters its domain; there is no trampoline and no extra thread per command.
 
 Timeout, abort (signal or task cancellation), output limit and shutdown take the same path:
 SIGTERM (and SIGCONT, so a stopped process can act on it), ``kill_grace`` seconds, then SIGKILL of
@@ -48,11 +45,7 @@ import inspect
 import logging
 import math
 import os
-import shlex
-import shutil
 import signal as _signal
-import subprocess
-import threading
 import time
 import uuid
 from collections.abc import Callable, Coroutine, Mapping, Sequence
@@ -87,6 +80,11 @@ from ._proctree import (
 )
 from ._signal_scope import signal_scope
 
+try:
+    from . import _spawn as _native
+except ImportError:  # a source tree that was never built; commands then fail with NATIVE_MISSING
+    _native = None  # type: ignore[assignment]
+
 __all__ = ["ProcessCapabilities", "ProcessManager"]
 
 log = logging.getLogger(__name__)
@@ -111,9 +109,6 @@ MAX_TIMEOUT_S = 2147483.647
 
 EMPTY_TREE_LIMIT_S = 10.0
 """After SIGKILL, how long to keep killing before reporting a tree that will not die (D state)."""
-
-THREAD_EXIT_POLLS = 10_000
-"""Checks (0.1 ms apart) that the spawning thread has left ``/proc`` before the gate opens."""
 
 REAP_SETTLE_S = 0.2
 """How long a killed member may take to become the broker's zombie (exit is not atomic)."""
@@ -154,7 +149,7 @@ class ProcessCapabilities:
 class _Run:
     """One running command: its leader, pipe, tracking and why (if) it is being killed."""
 
-    popen: subprocess.Popen[bytes]
+    leader: _Leader
     read_fd: int
     pidfd: int | None
     cookie: str
@@ -170,7 +165,7 @@ class _Run:
 
     @property
     def pid(self) -> int:
-        return self.popen.pid
+        return self.leader.pid
 
     def request_kill(self, reason: KillReason) -> None:
         """Ask for the tree to be killed; the first reason wins."""
@@ -179,92 +174,69 @@ class _Run:
             self.kill_event.set()
 
 
-def _check_program(program: str, path: str | None) -> None:
-    """Fail like a direct spawn would when the program is missing (the trampoline would hide it)."""
-    if "/" in program and not os.path.isabs(program):
-        return  # relative to the command's cwd: sh reports it (exit 127)
-    found = (
-        os.access(program, os.X_OK)
-        if "/" in program
-        else shutil.which(program, path=path or os.defpath) is not None
-    )
-    if not found:
-        raise NotFound("exec", program, "program not found")
+class _Leader:
+    """The command's first process, a direct child of the broker, reaped by pid."""
+
+    __slots__ = ("pid", "returncode")
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def wait(self) -> int | None:
+        """Block until it exits and reap it; the exit code, or ``-signal`` if a signal ended it."""
+        if self.returncode is None:
+            try:
+                _, status = os.waitpid(self.pid, 0)
+            except ChildProcessError:  # reaped elsewhere: the status is lost
+                log.warning("exec: pid %d was reaped by someone else", self.pid)
+                return None
+            self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
 
 
-def _trampoline(cgroup: CommandCgroup | None, env: Mapping[str, str], *, gated: bool) -> list[str]:
-    """``sh -c`` prefix run before the command: enter the cgroups, wait at the gate, exec.
-
-    Ungated, the shell writes itself into each of the command's ``cgroup.procs`` (it cannot have
-    forked yet). When ``gated`` its stdin is the gate pipe: the broker moves it into its cgroups
-    while it waits there (inside a sandbox it could not write them), closes the gate, and the
-    shell execs the command with stdin at ``/dev/null``. ``sh`` sets ``PWD`` itself; the
-    trampoline restores the caller's environment exactly.
-    """
-    steps = []
-    if cgroup is not None and not gated:
-        steps += [
-            f"echo 0 > {shlex.quote(os.path.join(g, 'cgroup.procs'))}"
-            for g in (cgroup.path, *cgroup.limit_paths)
-        ]
-    steps.append(f"export PWD={shlex.quote(env['PWD'])}" if "PWD" in env else "unset PWD")
-    if gated:
-        steps.append("{ read -r _ || :; }")
-        steps.append('exec "$@" </dev/null')
-    else:
-        steps.append('exec "$@"')
-    return ["/bin/sh", "-c", " && ".join(steps), "opsbroker-exec"]
+NATIVE_MISSING = (
+    "Cannot run a command: the native spawner (broker._spawn) is not built. Reinstall opsbroker "
+    "on Linux with a C compiler and the Python headers (pip install .)."
+)
 
 
-def _thread_alive(tid: int) -> bool:
-    return os.path.exists(f"/proc/self/task/{tid}")
+def _encode_env(env: Mapping[str, str]) -> list[bytes]:
+    out = []
+    for key, value in env.items():
+        if not key or "=" in key or "\0" in key or "\0" in value:
+            raise InvalidArgument("exec", None, f"invalid environment variable {key!r}")
+        out.append(os.fsencode(f"{key}={value}"))
+    return out
 
 
-async def _popen_in_scope(
-    scope: Ruleset, argv: list[str], options: dict[str, Any]
-) -> subprocess.Popen[bytes]:
-    """Spawn from a fresh thread that first enters a new Landlock domain of ``scope``.
+def _executables(program: str, env: Mapping[str, str]) -> list[bytes]:
+    """Where to look for ``program``: itself if it has a ``/``, else each ``PATH`` entry of the
+    command's environment, as ``execvpe`` and ``subprocess`` do."""
+    name = os.fsencode(program)
+    if b"/" in name:
+        return [name]
+    return [os.path.join(os.fsencode(d or "."), name) for d in os.get_exec_path(dict(env))]
 
-    The child inherits the thread's domain (its own, so commands cannot signal each other), and
-    the broker's other threads stay outside it, so the command cannot signal the broker. The
-    thread is gone (checked in ``/proc``) before this returns, so nothing in the broker is left in
-    the command's domain when the caller opens the gate. No Python runs in the child: vfork.
-    """
-    loop = asyncio.get_running_loop()
-    done: asyncio.Future[tuple[subprocess.Popen[bytes], int]] = loop.create_future()
 
-    def settle(result: tuple[subprocess.Popen[bytes], int] | BaseException) -> None:
-        if isinstance(result, BaseException):
-            done.set_exception(result)
-        else:
-            done.set_result(result)
-
-    def spawn() -> None:
-        try:
-            scope.preexec()  # restricts this thread only
-            result: tuple[subprocess.Popen[bytes], int] | BaseException = (
-                subprocess.Popen(argv, **options),
-                threading.get_native_id(),
-            )
-        except BaseException as e:
-            result = e
-        loop.call_soon_threadsafe(settle, result)
-
-    thread = threading.Thread(target=spawn, name="opsbroker-spawn", daemon=True)
-    thread.start()
-    try:
-        popen, tid = await asyncio.shield(done)
-    finally:
-        thread.join()
-    for _ in range(THREAD_EXIT_POLLS):
-        if not _thread_alive(tid):
-            break
-        await asyncio.sleep(0.0001)
-    else:
-        popen.kill()
-        popen.wait()
-        raise Unavailable("exec", None, "the spawning thread did not exit; command not started")
-    return popen
+def _spawn_error(e: BaseException, argv: Sequence[str], cwd: str) -> BaseException:
+    """The error for a command that could not start, named by the step that failed."""
+    if isinstance(e, OpsError | asyncio.CancelledError) or not isinstance(e, OSError | ValueError):
+        return e
+    if isinstance(e, ValueError):
+        return InvalidArgument("exec", argv[0], str(e))
+    step, reason = e.filename, e.strerror or str(e)
+    if step == "exec":
+        if isinstance(e, FileNotFoundError):
+            return NotFound("exec", argv[0], "program not found")
+        if isinstance(e, PermissionError):
+            return PermissionDenied("exec", argv[0], reason)
+    if step in ("cwd", cwd):
+        if isinstance(e, FileNotFoundError | NotADirectoryError):
+            return NotFound("exec", cwd, "working directory does not exist")
+        if isinstance(e, PermissionError):
+            return PermissionDenied("exec", cwd, reason)
+    return Unavailable("exec", cwd, f"could not start the command ({step or 'spawn'}): {reason}")
 
 
 def _check_timeout(timeout: float | None) -> None:
@@ -356,6 +328,7 @@ class ProcessManager:
         self._pids_max = pids_max
         self._memory_max = memory_max
         self._runs: set[_Run] = set()
+        self._null_fd = -1
         self._stale_zombies: dict[tuple[int, int], float] = {}
         self._closing = False
         self._pidfd = has_pidfd()
@@ -473,6 +446,9 @@ class ProcessManager:
         self._close_resources()
 
     def _close_resources(self) -> None:
+        if self._null_fd >= 0:
+            os.close(self._null_fd)
+            self._null_fd = -1
         if self._subreaper:
             self._subreaper = False
             _Subreaper.release()
@@ -491,79 +467,65 @@ class ProcessManager:
     ) -> _Run:
         """Start the command, tracked (cgroup) and scoped before any of its own code runs.
 
-        **Cancellation:** a cancellation that arrives while the command is being started kills
-        it before it has run anything (it is still held at its start gate), then re-raises.
+        :mod:`broker._spawn` vforks and, in the child, enters the command's cgroups, a new
+        session and its own Landlock domain, then execs: nothing runs untracked or unscoped, and
+        nothing of the broker enters the domain. The files it needs are opened here first.
         """
+        if _native is None:
+            raise Unavailable("exec", None, NATIVE_MISSING)
         cookie = uuid.uuid4().hex
         child_env = dict(MINIMAL_ENV if env is None else env)
         child_env.update(self._sandbox_env)  # the only temp dir a sandboxed command can write
         child_env[COOKIE_VAR] = cookie
-        scope = self._scope
-        cgroup = None
-        if self._cgroups is not None:
-            cgroup = self._cgroups.new_command(pids_max=self._pids_max, memory_max=self._memory_max)
-        # No Python runs in the child, so subprocess can vfork: the working directory is entered
-        # through the fd's magic link (chdir happens before fds are closed), and a one-line sh
-        # trampoline moves itself into the cgroup (and, when scoped, waits at a gate) before it
-        # execs the command.
-        child_argv = list(argv)
-        gate_r = gate_w = -1
-        try:
-            if cgroup is not None or scope is not None:
-                _check_program(child_argv[0], child_env.get("PATH"))
-                if scope is not None:
-                    gate_r, gate_w = os.pipe()
-                child_argv = [*_trampoline(cgroup, child_env, gated=scope is not None), *child_argv]
-        except BaseException:
-            if cgroup is not None:
-                cgroup.remove()
-            raise
+        environ = _encode_env(child_env)
         read_fd, write_fd = os.pipe()
         with contextlib.suppress(OSError):
             fcntl.fcntl(read_fd, _F_SETPIPE_SZ, PIPE_SIZE)
-        child_cwd = cwd if cwd_fd is None else f"/proc/self/fd/{cwd_fd}"
-        options: dict[str, Any] = {
-            "stdin": gate_r if scope is not None else subprocess.DEVNULL,
-            "stdout": write_fd,
-            "stderr": write_fd,
-            "cwd": child_cwd,
-            "env": child_env,
-            "start_new_session": True,
-            "close_fds": True,
-        }
+        opened: list[int] = []
+        cgroup = None
         try:
-            if scope is None:
-                # vfork + exec: returns as soon as the child has exec'd (well under a ms).
-                popen = subprocess.Popen(child_argv, **options)  # noqa: ASYNC220
-            else:
-                popen, cancelled = await _run_to_end(_popen_in_scope(scope, child_argv, options))
-                if cancelled:
-                    popen.kill()  # still at the gate: none of the command has run
-                    popen.wait()
-                    raise asyncio.CancelledError
-            if cgroup is not None and scope is not None:
-                self._enter_cgroup(popen, cgroup)  # held at the gate: it has not forked
+            ruleset_fd, no_new_privs = self._scope.entry() if self._scope else (-1, False)
+            if cwd_fd is None:
+                cwd_fd = os.open(cwd, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+                opened.append(cwd_fd)
+            procs = []
+            if self._cgroups is not None:
+                cgroup = self._cgroups.new_command(
+                    pids_max=self._pids_max, memory_max=self._memory_max
+                )
+                for group in (cgroup.path, *cgroup.limit_paths):
+                    procs.append(
+                        os.open(os.path.join(group, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC)
+                    )
+                    opened.append(procs[-1])
+            pid = _native.spawn(
+                _executables(argv[0], child_env),
+                [os.fsencode(arg) for arg in argv],
+                environ,
+                stdin_fd=self._devnull(),
+                stdout_fd=write_fd,
+                cwd_fd=cwd_fd,
+                cgroup_fds=procs,
+                ruleset_fd=ruleset_fd,
+                no_new_privs=no_new_privs,
+            )
         except BaseException as e:
             os.close(read_fd)
             if cgroup is not None:
                 cgroup.remove()
-            if isinstance(e, asyncio.CancelledError):
-                raise
-            raise self._spawn_error(e, argv, cwd, child_cwd) from e
+            raise _spawn_error(e, argv, cwd) from e
         finally:
             os.close(write_fd)
-            if gate_r >= 0:
-                os.close(gate_r)
-            if gate_w >= 0:
-                os.close(gate_w)  # open the gate: the spawning thread, in scope, is gone
+            for fd in opened:
+                os.close(fd)
         os.set_blocking(read_fd, False)
         pidfd = None
         if self._pidfd:
             with contextlib.suppress(OSError):
-                pidfd = os.pidfd_open(popen.pid)
-        st = read_stat(popen.pid)
+                pidfd = os.pidfd_open(pid)
+        st = read_stat(pid)
         return _Run(
-            popen=popen,
+            leader=_Leader(pid),
             read_fd=read_fd,
             pidfd=pidfd,
             cookie=cookie,
@@ -571,31 +533,10 @@ class ProcessManager:
             cgroup=cgroup,
         )
 
-    @staticmethod
-    def _enter_cgroup(popen: subprocess.Popen[bytes], cgroup: CommandCgroup) -> None:
-        """Move the gated trampoline into the command's cgroups; kill it if that fails."""
-        try:
-            cgroup.add(popen.pid)
-        except BaseException:
-            popen.kill()  # still at the gate: none of the command has run
-            popen.wait()
-            raise
-
-    @staticmethod
-    def _spawn_error(
-        e: BaseException, argv: Sequence[str], cwd: str, child_cwd: str | None
-    ) -> BaseException:
-        if isinstance(e, OpsError):
-            return e
-        if isinstance(e, FileNotFoundError):
-            if e.filename in (cwd, child_cwd):
-                return NotFound("exec", cwd, "working directory does not exist")
-            return NotFound("exec", argv[0], "program not found")
-        if isinstance(e, PermissionError):
-            return PermissionDenied("exec", e.filename or argv[0], str(e.strerror))
-        if isinstance(e, OSError | subprocess.SubprocessError):
-            return Unavailable("exec", cwd, f"could not start the command: {e}")
-        return e
+    def _devnull(self) -> int:
+        if self._null_fd < 0:
+            self._null_fd = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        return self._null_fd
 
     # -- supervising ----------------------------------------------------------------------------
 
@@ -619,7 +560,7 @@ class ProcessManager:
             raise error
         if run.kill_reason is not None:
             return ExecResult(None, run.kill_reason)
-        code = run.popen.returncode
+        code = run.leader.returncode
         return ExecResult(code if code is not None and code >= 0 else None)
 
     async def _wait_end(
@@ -680,9 +621,9 @@ class ProcessManager:
         """Wait for the leader to exit and reap it (through its pidfd where there is one)."""
         if run.pidfd is not None:
             await _readable(run.pidfd)
-            run.popen.wait()
+            run.leader.wait()
         else:
-            await asyncio.get_running_loop().run_in_executor(None, run.popen.wait)
+            await asyncio.get_running_loop().run_in_executor(None, run.leader.wait)
 
     async def _finish(
         self, run: _Run, pump: asyncio.Task[None], exited: asyncio.Task[None]

@@ -31,6 +31,7 @@ import asyncio
 import contextlib
 import os
 import shutil
+import signal
 import sysconfig
 from collections.abc import AsyncGenerator
 
@@ -38,6 +39,11 @@ from operations import SearchMatch
 from operations._search import FileFilter, LineMatcher, is_binary
 
 from . import _treewalk
+
+try:
+    from . import _spawn
+except ImportError:  # not built: search uses the Python walk
+    _spawn = None  # type: ignore[assignment]
 from ._landlock import (
     ACCESS_FS_READ_DIR,
     ACCESS_FS_READ_FILE,
@@ -83,7 +89,7 @@ def rg_path() -> str | None:
 
 def usable() -> bool:
     """Whether rg can be used and confined here."""
-    return rg_path() is not None and landlock_abi() >= 1
+    return _spawn is not None and rg_path() is not None and landlock_abi() >= 1
 
 
 def _ruleset(search_fd: int, rg: str) -> Ruleset:
@@ -112,26 +118,12 @@ async def search(
     if ignore_case:
         flags.append("--ignore-case")
     argv = [rg, *RG_ARGS, *flags, "--regexp", matcher.pattern, "--", "./"]
-    ruleset = _ruleset(tree.fd, rg)
-    try:
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            cwd=f"/proc/self/fd/{tree.fd}",
-            preexec_fn=ruleset.preexec,
-            start_new_session=True,
-            limit=MAX_LINE_BYTES,
-        )
-    finally:
-        ruleset.close()
+    proc = await _start(argv, tree.fd, _ruleset(tree.fd, rg))
     base = path.rstrip("/")
     keep = FileFilter(glob)
     checked: dict[bytes, bool] = {}
     count = 0
     yielded = False
-    assert proc.stdout is not None and proc.stderr is not None
     try:
         async for line in proc.stdout:
             name, sep, rest = line.partition(b"\0")
@@ -157,10 +149,92 @@ async def search(
                 async for match in matches:
                     yield match
     finally:
-        if proc.returncode is None:
+        await proc.aclose()
+
+
+class _Rg:
+    """A running rg: its output streams, and its pid to kill and reap."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.stdout = asyncio.StreamReader(MAX_LINE_BYTES)
+        self.stderr = asyncio.StreamReader(MAX_LINE_BYTES)
+        self.returncode: int | None = None
+        self._transports: list[asyncio.BaseTransport] = []
+
+    async def attach(self, stdout_fd: int, stderr_fd: int) -> None:
+        """Read the two pipes into :attr:`stdout` and :attr:`stderr` (taking the fds)."""
+        loop = asyncio.get_running_loop()
+        files = [os.fdopen(fd, "rb", buffering=0) for fd in (stdout_fd, stderr_fd)]
+        try:
+            for file, reader in zip(files, (self.stdout, self.stderr), strict=True):
+                transport, _ = await loop.connect_read_pipe(
+                    lambda reader=reader: asyncio.StreamReaderProtocol(reader),  # type: ignore[misc]
+                    file,
+                )
+                self._transports.append(transport)
+        finally:
+            for file in files[len(self._transports) :]:
+                file.close()
+
+    async def wait(self) -> int:
+        if self.returncode is None:
+            _, status = await asyncio.to_thread(os.waitpid, self.pid, 0)
+            self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    async def aclose(self) -> None:
+        """Close the pipes, kill rg if it still runs (an early stop) and reap it.
+
+        **Cancellation:** the reaping goes on (shielded), so no zombie is left.
+        """
+        for transport in self._transports:
+            transport.close()
+        if self.returncode is None:
             with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            await proc.wait()
+                os.kill(self.pid, signal.SIGKILL)  # not reaped yet: the pid is still rg's
+            await asyncio.shield(self.wait())
+
+
+async def _start(argv: list[str], cwd_fd: int, ruleset: Ruleset) -> _Rg:
+    """Start rg in ``cwd_fd`` and a new domain of ``ruleset`` (entered between fork and exec by
+    the native spawner: no Python runs in the child), with an empty environment."""
+    assert _spawn is not None  # usable() checked it
+    fds: list[int] = []
+    try:
+        out_r, out_w = os.pipe()
+        fds += (out_r, out_w)
+        err_r, err_w = os.pipe()
+        fds += (err_r, err_w)
+        null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        fds.append(null)
+        ruleset_fd, no_new_privs = ruleset.entry()
+        pid = _spawn.spawn(
+            [os.fsencode(argv[0])],
+            [os.fsencode(arg) for arg in argv],
+            [],
+            stdin_fd=null,
+            stdout_fd=out_w,
+            stderr_fd=err_w,
+            cwd_fd=cwd_fd,
+            ruleset_fd=ruleset_fd,
+            no_new_privs=no_new_privs,
+        )
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
+    finally:
+        ruleset.close()
+    for fd in (out_w, err_w, null):
+        os.close(fd)
+    proc = _Rg(pid)
+    try:
+        await proc.attach(out_r, err_r)
+    except BaseException:
+        await proc.aclose()
+        raise
+    return proc
 
 
 def _recheck(tree: _treewalk.TreeAccess, keep: FileFilter, name: bytes) -> bool:

@@ -415,7 +415,12 @@ class BrokerServer:
             Path(options.host_key).parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             try:
                 frontend = await ssh.start_ssh_server(
-                    backend, options, host.strip("[]"), int(port), guard=self._ssh_guard()
+                    backend,
+                    options,
+                    host.strip("[]"),
+                    int(port),
+                    guard=self._ssh_guard(),
+                    refused=self._ssh_refused(),
                 )
             except OSError as exc:
                 raise InvalidArgument("serve", address, f"cannot listen: {exc}") from None
@@ -432,6 +437,19 @@ class BrokerServer:
             return enforcement.wrap(core, principal=principal, transport="ssh", peer=peer)
 
         return guard
+
+    def _ssh_refused(self) -> Callable[[str, str | None], None] | None:
+        """Audit each SSH connection that failed to authenticate, as gRPC refusals are."""
+        enforcement = self.enforcement
+        if enforcement is None:
+            return None
+
+        def refused(reason: str, peer: str | None) -> None:
+            enforcement.record_refusal(
+                "authenticate", reason, principal=None, transport="ssh", peer=peer
+            )
+
+        return refused
 
     async def wait_closed(self) -> None:
         """Return when the server has stopped."""

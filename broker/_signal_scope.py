@@ -7,10 +7,9 @@ the command's tree can signal itself and nothing else. This ruleset handles no f
 network access: it only scopes signals. The policy's command sandbox (:class:`~broker._landlock.Sandbox`)
 scopes signals as well, so a process manager with a sandbox uses that one instead.
 
-The ruleset fd is created once in the broker (by :mod:`broker._landlock`, the one place for the
-Landlock system calls). Entering it scopes the calling *thread* (Landlock is per thread): the
-process manager enters it in a fresh thread that spawns one command and exits, so each command
-gets a domain of its own and the broker's other threads stay outside.
+The ruleset fd is created once in the broker (by :mod:`broker._landlock`). Each command enters
+it in its own child between fork and exec (:mod:`broker._spawn`), so each command gets a domain of
+its own and the broker stays outside.
 """
 
 from __future__ import annotations

@@ -206,6 +206,13 @@ Guard = Callable[[Backend, str, "str | None"], Backend]
 """Builds the backend one connection uses from the core, its principal and its peer address
 (e.g. policy and audit around the core, with ``transport="ssh"``)."""
 
+Refused = Callable[[str, "str | None"], None]
+"""Told of a connection that tried to authenticate and never did: the reason (the user name and
+the fingerprints of the keys offered, never a secret) and the peer address (for the audit log)."""
+
+MAX_KEYS_NOTED = 8
+"""Fingerprints of refused keys kept per connection for the refusal record."""
+
 
 class SSHFrontend:
     """A running SSH front-end. ``port`` is the bound port; close with :meth:`aclose`.
@@ -215,14 +222,22 @@ class SSHFrontend:
         options: keys, timeouts and limits.
         guard: if given, each authenticated connection works on ``guard(backend, principal,
             peer)`` instead (where policy and audit attach); by default on ``backend`` itself.
+        refused: if given, called once for each connection that attempted authentication and
+            closed without succeeding.
     """
 
     def __init__(
-        self, backend: Backend, options: SSHServerOptions, *, guard: Guard | None = None
+        self,
+        backend: Backend,
+        options: SSHServerOptions,
+        *,
+        guard: Guard | None = None,
+        refused: Refused | None = None,
     ) -> None:
         self.backend = backend
         self.options = options
         self.guard = guard
+        self.refused = refused
         self.authorized_keys = AuthorizedKeys(options.authorized_keys)
         self.host_key = load_or_create_host_key(options.host_key)
         self._acceptor: asyncssh.SSHAcceptor | None = None
@@ -290,9 +305,10 @@ async def start_ssh_server(
     port: int = 0,
     *,
     guard: Guard | None = None,
+    refused: Refused | None = None,
 ) -> SSHFrontend:
     """Serve ``backend`` over SSH on ``host:port`` (port 0 picks a free port)."""
-    frontend = SSHFrontend(backend, options, guard=guard)
+    frontend = SSHFrontend(backend, options, guard=guard, refused=refused)
     await frontend.start(host, port)
     return frontend
 
@@ -306,6 +322,10 @@ class _BrokerServer(asyncssh.SSHServer):
         self.conn: asyncssh.SSHServerConnection | None = None
         self.sessions = 0
         self._service: Service | None = None
+        self._user: str | None = None  # set when authentication begins
+        self._authenticated = False
+        self._refused_keys: list[str] = []
+        self._peer: str | None = None
 
     @property
     def service(self) -> Service:
@@ -313,15 +333,15 @@ class _BrokerServer(asyncssh.SSHServer):
         if self._service is None:
             backend = self.frontend.backend
             if self.frontend.guard is not None:
-                assert self.principal is not None and self.conn is not None
-                peer = self.conn.get_extra_info("peername")
-                where = f"{peer[0]}:{peer[1]}" if peer else None
-                backend = self.frontend.guard(backend, self.principal, where)
+                assert self.principal is not None
+                backend = self.frontend.guard(backend, self.principal, self._peer)
             self._service = Service(backend)
         return self._service
 
     def connection_made(self, conn: asyncssh.SSHServerConnection) -> None:
         self.conn = conn
+        peer = conn.get_extra_info("peername")
+        self._peer = f"{peer[0]}:{peer[1]}" if peer else None
         self.frontend._connections.add(conn)
         self.frontend._servers.add(self)
         sock = conn.get_extra_info("socket")
@@ -333,10 +353,20 @@ class _BrokerServer(asyncssh.SSHServer):
         self.frontend._servers.discard(self)
         if self.conn is not None:
             self.frontend._connections.discard(self.conn)
+        if self._user is not None and not self._authenticated and self.frontend.refused:
+            keys = ", ".join(self._refused_keys) or "none"
+            self.frontend.refused(
+                f"SSH user {self._user[:64]!r}: no authorized key (keys offered: {keys})",
+                self._peer,
+            )
 
     def begin_auth(self, username: str) -> bool:
+        self._user = username
         self.frontend.authorized_keys.reload()
         return True
+
+    def auth_completed(self) -> None:
+        self._authenticated = True
 
     def public_key_auth_supported(self) -> bool:
         return True
@@ -344,6 +374,9 @@ class _BrokerServer(asyncssh.SSHServer):
     def validate_public_key(self, username: str, key: asyncssh.SSHKey) -> bool:
         principal = self.frontend.authorized_keys.principal(key)
         if principal is None:
+            fingerprint = key.get_fingerprint()
+            if len(self._refused_keys) < MAX_KEYS_NOTED and fingerprint not in self._refused_keys:
+                self._refused_keys.append(fingerprint)
             return False
         self.principal = principal
         return True

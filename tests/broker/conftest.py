@@ -2,9 +2,8 @@
 writable cgroup v2 tree) and with the fallback forced (process group, subreaper, /proc sweep).
 
 Modes: ``cgroup`` and ``fallback`` are the defaults (Landlock signal scoping where available:
-a fresh thread in a new domain spawns the gated sh trampoline); ``cgroup-unscoped`` and
-``fallback-unscoped`` turn scoping off (the trampoline only enters the cgroup; in the unscoped
-fallback the command is spawned directly).
+each command enters a new domain between fork and exec); ``cgroup-unscoped`` and
+``fallback-unscoped`` turn scoping off.
 """
 
 from __future__ import annotations

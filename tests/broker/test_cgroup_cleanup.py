@@ -1,0 +1,138 @@
+"""No command outlives its broker, even one that never closed its manager or was killed.
+
+A broker killed with SIGKILL cannot clean up: its commands keep running in its cgroups. The next
+manager to start kills them and removes the groups (the group name says which process owned it).
+A manager that is never closed does the same for itself when the interpreter exits.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from broker._cgroup import CgroupTree
+
+from ._procscan import new_marker, survivors
+from .conftest import CGROUPS
+
+pytestmark = pytest.mark.skipif(not CGROUPS, reason="needs a writable cgroup v2 tree")
+
+REPO = Path(__file__).resolve().parents[2]
+WAIT_S = 10.0
+
+# A broker process: runs `sleep` with the marker, prints its command's cgroup, then either
+# waits to be killed or exits without closing the manager.
+BROKER = textwrap.dedent(
+    """
+    import asyncio, sys
+    from broker._process import ProcessManager
+
+    async def main(marker, then):
+        pm = ProcessManager(use_cgroups=True)
+        env = {"PATH": "/usr/bin:/bin", "OPSBROKER_TEST_MARK": marker}
+        out = []
+        task = asyncio.create_task(
+            pm.exec(["sh", "-c", "cat /proc/self/cgroup; exec sleep 1000"], cwd="/",
+                    on_data=out.append, env=env)
+        )
+        while b"0::" not in b"".join(out):
+            await asyncio.sleep(0.01)
+        line = next(l for l in b"".join(out).decode().splitlines() if l.startswith("0::"))
+        print(line[3:], flush=True)
+        if then == "wait":
+            await asyncio.sleep(1000)
+        sys.exit(0)  # never closes the manager; the task is still running
+
+    asyncio.run(main(sys.argv[1], sys.argv[2]))
+    """
+)
+
+
+def _start_broker(marker: str, then: str) -> tuple[subprocess.Popen[str], str]:
+    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'proto'}"}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", BROKER, marker, then], stdout=subprocess.PIPE, text=True, env=env
+    )
+    assert proc.stdout is not None
+    rel = proc.stdout.readline().strip()
+    assert rel, "the broker did not start its command"
+    return proc, rel
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    assert proc.stdout is not None
+    proc.stdout.close()
+
+
+def _group_dir(rel: str) -> Path:
+    tree = CgroupTree.create()
+    assert tree is not None
+    try:
+        mount = tree.path[: len(tree.path) - len(tree.rel)]
+    finally:
+        tree.remove()
+    return Path(mount + rel).parent  # the broker's group, parent of its command's
+
+
+def _wait_until(check: object) -> bool:
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        if check():  # type: ignore[operator]
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_a_new_manager_kills_what_a_killed_broker_left() -> None:
+    marker = new_marker()
+    proc, rel = _start_broker(marker, "wait")
+    try:
+        assert survivors(marker)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=WAIT_S)
+        group = _group_dir(rel)  # CgroupTree.create() ran: it purged the orphan
+        # The killed broker's command was still running until then; now it is gone.
+        assert _wait_until(lambda: not survivors(marker)), survivors(marker)
+        assert not group.exists()
+    finally:
+        _stop(proc)
+
+
+def test_a_manager_never_closed_cleans_up_at_exit() -> None:
+    marker = new_marker()
+    proc, rel = _start_broker(marker, "exit")
+    try:
+        assert proc.wait(timeout=WAIT_S) == 0
+        assert not survivors(marker)
+        # Found without creating a manager (which would purge it anyway): the parent of the
+        # command's group, under the mount our own process's group is in.
+        assert not any(Path(m, rel.lstrip("/")).parent.exists() for m in _mounts())
+    finally:
+        _stop(proc)
+
+
+def test_the_groups_of_a_live_manager_are_left_alone() -> None:
+    first = CgroupTree.create()
+    assert first is not None
+    try:
+        second = CgroupTree.create()
+        assert second is not None
+        second.remove()
+        assert os.path.isdir(first.path)
+    finally:
+        first.remove()
+
+
+def _mounts() -> list[str]:
+    with open("/proc/self/mountinfo") as f:
+        return [line.split()[4] for line in f if " - cgroup2 " in line]
