@@ -58,6 +58,7 @@ __all__ = [
 ]
 
 MAX_GUARDS = 1024  # cached (principal, peer) policy guards; cleared when full
+OUTPUT_QUEUE = 2  # output events a command may queue ahead of the one being written
 MAX_EARLY_ABORTS = 1024  # AbortRun calls remembered for a Run not seen yet; the oldest go first
 STREAM_IDLE_TIMEOUT = 60.0  # seconds a client stream may stall between messages before we give up
 
@@ -491,29 +492,47 @@ def _retrieve(future: asyncio.Future[Any]) -> None:
 
 
 class _Output:
-    """The ``on_data`` of a command: output events, each written to the end even when the backend
-    cancels its producer mid-write (a half-done write would make the next one fail)."""
+    """The ``on_data`` of a command: its output events, written in order by one writer task.
 
-    __slots__ = ("_context", "_pending")
+    The writer, not the command's producer, does the writes: when the backend cancels its
+    producer (a kill), a write is never cut halfway (that would make the next write, the exit
+    event, fail). The producer waits only while :data:`OUTPUT_QUEUE` events are queued
+    (backpressure); a failed write is raised by the next call or by :meth:`drain`.
+    """
+
+    __slots__ = ("_context", "_queue", "_writer")
 
     def __init__(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
         self._context = context
-        self._pending: asyncio.Future[None] | None = None
+        self._queue: asyncio.Queue[pb.ExecEvent | None] | None = None
+        self._writer: asyncio.Task[None] | None = None
 
     async def __call__(self, data: bytes) -> None:
         if not data:
             return
+        if self._queue is None:
+            self._queue = asyncio.Queue(OUTPUT_QUEUE)
+            self._writer = asyncio.ensure_future(self._write_all(self._queue))
+            self._writer.add_done_callback(_retrieve)
+        writer = self._writer
+        assert writer is not None
         for piece in chunks(data):
-            await self.drain()
-            pending = asyncio.ensure_future(self._context.write(pb.ExecEvent(output=piece)))
-            pending.add_done_callback(_retrieve)
-            self._pending = pending
-            await asyncio.shield(pending)
+            if writer.done():
+                writer.result()  # raise what failed it
+            await self._queue.put(pb.ExecEvent(output=piece))
+
+    async def _write_all(self, queue: asyncio.Queue[pb.ExecEvent | None]) -> None:
+        while (event := await queue.get()) is not None:
+            await self._context.write(event)
 
     async def drain(self) -> None:
-        """Wait until the last output event is written."""
-        if self._pending is not None and not self._pending.done():
-            await self._pending
+        """Wait until every output event is written; raise what failed one."""
+        if self._queue is None or self._writer is None:
+            return
+        if not self._writer.done():
+            await self._queue.put(None)
+            await asyncio.shield(self._writer)
+        self._writer.result()
 
 
 async def _watch_abort(
