@@ -36,6 +36,7 @@ from operations import (
     TooLarge,
     Unavailable,
 )
+from operations._chunked import read_small_streamed
 from operations._search import LineMatcher, search_file
 from operations._walk import glob_paths
 
@@ -327,6 +328,26 @@ class Broker:
             raise errno_error("read_file", path, exc) from None
         finally:
             jobs.then(functools.partial(os.close, fd))
+
+    async def read_small(self, path: str, limit: int) -> bytes | None:
+        """``read_file`` of a file of at most ``limit`` bytes, else ``None`` (see
+        :func:`operations.read_small`): one open, one read on the loop, no stream to set up."""
+        if limit > INLINE_READ_BYTES:  # not a small read: the streaming path, threads and all
+            return await read_small_streamed(self, path, limit)
+        fd, info = self._root.open_file("read_file", path)
+        try:
+            if info.st_size > limit:
+                return None
+            data = os.read(fd, limit + 1)  # short only at the end of the file
+        except OSError as exc:
+            raise errno_error("read_file", path, exc) from None
+        finally:
+            os.close(fd)
+        if len(data) > limit:
+            return None  # it grew meanwhile
+        if len(data) > self._max_read:
+            raise self._too_large(path)
+        return data
 
     def _too_large(self, path: str) -> TooLarge:
         return TooLarge("read_file", path, f"larger than the read limit of {self._max_read} bytes")

@@ -96,6 +96,12 @@ async def read_small(backend: Backend, path: str, limit: int) -> bytes | None:
     own = getattr(backend, "read_small", None)
     if own is not None:
         return cast(bytes | None, await own(path, limit))
+    return await read_small_streamed(backend, path, limit)
+
+
+async def read_small_streamed(backend: Backend, path: str, limit: int) -> bytes | None:
+    """:func:`read_small` through ``backend``'s stream (for a backend whose own ``read_small``
+    handles only some limits)."""
     pieces = read_chunks(backend, path, limit + 1)
     try:
         first = await anext(pieces, b"")

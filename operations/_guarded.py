@@ -29,7 +29,6 @@ import hashlib
 import posixpath
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import Protocol, Self
 
@@ -167,36 +166,13 @@ class GuardedBackend:
             else:
                 self.enforcer.check_read(op, rel, shown=path)
 
-    @asynccontextmanager
-    async def _audited(self, op: str, path: str | None, **fields: object) -> AsyncIterator[_Entry]:
+    def _audited(self, op: str, path: str | None, **fields: object) -> _Audited:
+        """``async with self._audited(op, path) as entry``: the call's audit line, written
+        when the block ends (a plain class, not a generator: it runs around every call)."""
         entry = _Entry(
             {"op": op, **self._who, "path": path, "resolved": None, "decision": "allow", **fields}
         )
-        audit = self._audit
-        if audit is not None and self.policy.audit.fail_closed and not audit.healthy:
-            # Refuse, and try to record the refusal: if that works the log is back, and the
-            # next call runs.
-            entry.set(decision="deny", reason="audit log unavailable", code=Unavailable.code)
-            self._write(audit, entry)
-            raise Unavailable(
-                op,
-                path,
-                "the audit log could not be written, and the policy refuses unaudited "
-                "operations (audit.fail_closed); free space or fix the audit file, then retry",
-            )
-        started = time.monotonic()
-        written = True
-        try:
-            yield entry
-        except BaseException as exc:
-            entry.set(**_outcome(exc))
-            raise
-        finally:
-            entry.set(duration_ms=round((time.monotonic() - started) * 1000, 3))
-            if audit is not None and not entry.skip:
-                written = self._write(audit, entry)
-        if not written and self.policy.audit.fail_closed:
-            raise Unavailable(op, path, "the operation ran but its audit line could not be written")
+        return _Audited(self, entry)
 
     @staticmethod
     def _write(audit: AuditSink, entry: _Entry) -> bool:
@@ -573,6 +549,64 @@ class GuardedBackend:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+class _Audited:
+    """The audit of one call (see :meth:`GuardedBackend._audited`).
+
+    **Audit failure:** with ``audit.fail_closed``, entering refuses the call while the sink is
+    unhealthy (recording the refusal), and a call whose line cannot be written ends with
+    ``Unavailable`` instead of its result.
+    """
+
+    __slots__ = ("_entry", "_guard", "_started")
+
+    def __init__(self, guard: GuardedBackend, entry: _Entry) -> None:
+        self._guard = guard
+        self._entry = entry
+        self._started = 0.0
+
+    async def __aenter__(self) -> _Entry:
+        guard, entry = self._guard, self._entry
+        audit = guard._audit
+        if audit is not None and guard.policy.audit.fail_closed and not audit.healthy:
+            # Refuse, and try to record the refusal: if that works the log is back, and the
+            # next call runs.
+            entry.set(decision="deny", reason="audit log unavailable", code=Unavailable.code)
+            guard._write(audit, entry)
+            raise Unavailable(
+                str(entry.fields["op"]),
+                _path_of(entry),
+                "the audit log could not be written, and the policy refuses unaudited "
+                "operations (audit.fail_closed); free space or fix the audit file, then retry",
+            )
+        self._started = time.monotonic()
+        return entry
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        guard, entry = self._guard, self._entry
+        if exc is not None:
+            entry.set(**_outcome(exc))
+        entry.set(duration_ms=round((time.monotonic() - self._started) * 1000, 3))
+        audit = guard._audit
+        if audit is None or entry.skip or guard._write(audit, entry):
+            return
+        if exc is None and guard.policy.audit.fail_closed:
+            raise Unavailable(
+                str(entry.fields["op"]),
+                _path_of(entry),
+                "the operation ran but its audit line could not be written",
+            )
+
+
+def _path_of(entry: _Entry) -> str | None:
+    path = entry.fields["path"]
+    return path if isinstance(path, str) else None
 
 
 def _moved(child: str, source: str, destination: str | None) -> str | None:

@@ -134,6 +134,21 @@ async def test_core_reads_cached_pieces_on_the_loop_and_others_in_threads(
     assert taken and all(taken) is cached and any(taken) is cached
 
 
+async def test_core_read_small_returns_small_files_and_declines_larger_ones(tmp_path: Path) -> None:
+    from operations import IsADirectory, NotFound
+
+    async with Broker(str(tmp_path)) as core:
+        for limit in (10, 300 * 1024):  # on the loop; through the stream (above the inline size)
+            for size in (0, 1, limit, limit + 1, 3 * limit):
+                (tmp_path / "f").write_bytes(b"z" * size)
+                got = await core.read_small(f"{tmp_path}/f", limit)
+                assert got == (b"z" * size if size <= limit else None), (limit, size)
+        with pytest.raises(IsADirectory):
+            await core.read_small(str(tmp_path), 10)
+        with pytest.raises(NotFound):
+            await core.read_small(f"{tmp_path}/missing", 10)
+
+
 def test_chunk_data_view_is_the_data_without_a_copy() -> None:
     from opsbroker.v1 import broker_pb2 as pb
     from opsbroker.v1.codec import chunk_data_view
