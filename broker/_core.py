@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import functools
 import importlib
 import os
@@ -35,6 +36,7 @@ from operations import (
     TooLarge,
     Unavailable,
 )
+from operations._chunked import read_small_streamed
 from operations._search import LineMatcher, search_file
 from operations._walk import glob_paths
 
@@ -90,6 +92,25 @@ def _read_fd(fd: int, limit: int, size: int = -1) -> bytes:
         total += len(chunk)
         if total > limit:
             raise OverflowError
+
+
+_NOWAIT = getattr(os, "RWF_NOWAIT", None)  # preadv2 flag: read only what the page cache holds
+
+
+def _read_cached(fd: int, buffer: bytearray, offset: int) -> bytes | None:
+    """Up to ``len(buffer)`` bytes at ``offset`` if the page cache holds them (so the read
+    cannot block), else ``None``; ``b""`` at the end of the file."""
+    if _NOWAIT is None:
+        return None
+    try:
+        count = os.preadv(fd, [buffer], offset, _NOWAIT)
+    except (BlockingIOError, InterruptedError):
+        return None  # not cached: the caller reads in a thread
+    except OSError as exc:
+        if exc.errno in (errno.EOPNOTSUPP, errno.EINVAL):
+            return None  # a file system without RWF_NOWAIT
+        raise
+    return bytes(memoryview(buffer)[:count])
 
 
 def _forget(threads: set[asyncio.Future[Any]]) -> Callable[[asyncio.Future[Any]], None]:
@@ -277,27 +298,56 @@ class Broker:
 
         The same confinement and errors as ``read_file`` (raised before the first piece), but
         not its ``max_read_bytes``: only one piece is in memory at a time (a policy bounds the
-        size, see ``GuardedBackend.read_chunks``). Files above ``INLINE_READ_BYTES`` are read in
-        threads.
+        size, see ``GuardedBackend.read_chunks``). Pieces of files above ``INLINE_READ_BYTES``
+        that are not in the page cache are read in threads.
         """
         if chunk_size < 1:
             raise InvalidArgument("read_file", path, f"chunk_size must be >= 1, got {chunk_size}")
         fd, info = self._root.open_file("read_file", path)
         jobs = _FdJobs(self._threads)
         try:
-            inline = info.st_size <= INLINE_READ_BYTES
+            if info.st_size <= INLINE_READ_BYTES:
+                while piece := os.read(fd, chunk_size):
+                    yield piece
+                return
+            # Larger files: what the page cache holds is read on the loop (a thread hop per
+            # piece would cost more than the copy); only a read that would block goes to a
+            # thread.
+            buffer = bytearray(chunk_size)
+            offset = 0
             while True:
-                if inline:
-                    piece = os.read(fd, chunk_size)
-                else:
-                    piece = await jobs.run(os.read, fd, chunk_size)
+                cached = _read_cached(fd, buffer, offset)
+                piece = (
+                    await jobs.run(os.pread, fd, chunk_size, offset) if cached is None else cached
+                )
                 if not piece:
                     return
+                offset += len(piece)
                 yield piece
         except OSError as exc:
             raise errno_error("read_file", path, exc) from None
         finally:
             jobs.then(functools.partial(os.close, fd))
+
+    async def read_small(self, path: str, limit: int) -> bytes | None:
+        """``read_file`` of a file of at most ``limit`` bytes, else ``None`` (see
+        :func:`operations.read_small`): one open, one read on the loop, no stream to set up."""
+        if limit > INLINE_READ_BYTES:  # not a small read: the streaming path, threads and all
+            return await read_small_streamed(self, path, limit)
+        fd, info = self._root.open_file("read_file", path)
+        try:
+            if info.st_size > limit:
+                return None
+            data = os.read(fd, limit + 1)  # short only at the end of the file
+        except OSError as exc:
+            raise errno_error("read_file", path, exc) from None
+        finally:
+            os.close(fd)
+        if len(data) > limit:
+            return None  # it grew meanwhile
+        if len(data) > self._max_read:
+            raise self._too_large(path)
+        return data
 
     def _too_large(self, path: str) -> TooLarge:
         return TooLarge("read_file", path, f"larger than the read limit of {self._max_read} bytes")
@@ -429,7 +479,7 @@ class Broker:
                     return
             return
         with _treewalk.TreeAccess(self._root, "search", path) as tree:
-            if self._use_rg:
+            if self._use_rg and "\0" not in matcher.pattern:  # argv cannot carry a NUL
                 results = _rg.search(
                     tree,
                     matcher,

@@ -42,8 +42,10 @@ def resolver_beneath(root: str) -> Callable[[str], str]:
         if ".." in path.split("/"):
             return os.path.realpath(path)  # ".." after a symlink climbs from its target
         full = posixpath.normpath(path)
-        if real_root == "/" or full in spellings:
+        if real_root == "/":
             return os.path.realpath(full)
+        if full in spellings:
+            return real_root  # the root itself (a command's usual cwd): resolved once, at start
         for spelling in spellings:
             if full.startswith(spelling + "/"):
                 parts = full[len(spelling) + 1 :].split("/")

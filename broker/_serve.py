@@ -25,14 +25,14 @@ from typing import Any, Self
 import grpc
 import grpc.aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 from opsbroker.v1 import broker_pb2_grpc as pb_grpc
 from pydantic import BaseModel, ConfigDict, Field
 
 from operations import Backend, InvalidArgument, load_policy
 
 from ._auth import TokenTable
-from ._frontends.grpc import SERVICE_NAME, Authenticator, AuthInterceptor, BrokerServicer
+from ._frontends.grpc import SERVICE_NAME, AuthenticatedServer, Authenticator, BrokerServicer
 from ._guard import Enforcement
 
 __all__ = [
@@ -263,7 +263,6 @@ class BrokerServer:
             enforcement=self.enforcement,
         )
         server = grpc.aio.server(
-            interceptors=[AuthInterceptor(authenticator)],
             options=[
                 ("grpc.max_receive_message_length", MAX_RECEIVE_MESSAGE_BYTES),
                 ("grpc.max_send_message_length", MAX_SEND_MESSAGE_BYTES),
@@ -280,11 +279,17 @@ class BrokerServer:
         self._servicer = BrokerServicer(
             self._backend, version=_version(), enforcement=self.enforcement
         )
-        pb_grpc.add_BrokerServicer_to_server(self._servicer, server)  # type: ignore[no-untyped-call]
+        # Every service is added through `authenticated`: each of its methods checks the
+        # caller before it runs (health and reflection included).
+        authenticated: Any = AuthenticatedServer(server, authenticator)
+        pb_grpc.add_BrokerServicer_to_server(self._servicer, authenticated)  # type: ignore[no-untyped-call]
         self._health = health.aio.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
-        reflection.enable_server_reflection(
-            (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, authenticated)
+        reflection_pb2_grpc.add_ServerReflectionServicer_to_server(  # type: ignore[no-untyped-call]
+            reflection.aio.ReflectionServicer(
+                (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME)
+            ),
+            authenticated,
         )
         credentials = self._tls_credentials()
         for address in config.grpc:

@@ -12,6 +12,7 @@ from ._abort import AbortSignal as AbortSignal
 from ._abort import abort_scope as abort_scope
 from ._chunked import ChunkedFileOperations as ChunkedFileOperations
 from ._chunked import read_chunks as read_chunks
+from ._chunked import read_small as read_small
 from ._chunked import write_chunks as write_chunks
 from ._errors import ERROR_TYPES as ERROR_TYPES
 from ._errors import Aborted as Aborted
@@ -142,5 +143,6 @@ __all__ = [
     "glob_matches",
     "load_policy",
     "read_chunks",
+    "read_small",
     "write_chunks",
 ]

@@ -15,7 +15,13 @@ from typing import Protocol, cast, runtime_checkable
 from ._errors import TooLarge
 from ._protocols import Backend
 
-__all__ = ["FALLBACK_WRITE_LIMIT", "ChunkedFileOperations", "read_chunks", "write_chunks"]
+__all__ = [
+    "FALLBACK_WRITE_LIMIT",
+    "ChunkedFileOperations",
+    "read_chunks",
+    "read_small",
+    "write_chunks",
+]
 
 FALLBACK_WRITE_LIMIT = 256 * 1024 * 1024  # a backend without write_chunks buffers the whole file
 
@@ -51,18 +57,59 @@ def _chunked(backend: object) -> bool:
 _CHUNKED: dict[type, bool] = {}
 
 
-async def read_chunks(backend: Backend, path: str, chunk_size: int) -> AsyncGenerator[bytes, None]:
-    """Stream ``path`` from ``backend``, in pieces of at most ``chunk_size`` bytes."""
+def read_chunks(backend: Backend, path: str, chunk_size: int) -> AsyncGenerator[bytes, None]:
+    """Stream ``path`` from ``backend``, in pieces of at most ``chunk_size`` bytes.
+
+    A backend's own stream (an async generator: it can be closed early) is returned as it is,
+    not relayed: each layer of a stack (front-end, guard, core) would otherwise add a generator
+    step per piece.
+    """
     if _chunked(backend):
-        streaming = cast(ChunkedFileOperations, backend)
-        async for piece in streaming.read_chunks(path, chunk_size=chunk_size):
-            for start in range(0, len(piece), chunk_size):
-                yield piece[start : start + chunk_size]
-        return
+        pieces = cast(ChunkedFileOperations, backend).read_chunks(path, chunk_size=chunk_size)
+        if isinstance(pieces, AsyncGenerator):
+            return pieces
+        return _sliced(pieces, chunk_size)
+    return _whole(backend, path, chunk_size)
+
+
+async def _sliced(pieces: AsyncIterator[bytes], chunk_size: int) -> AsyncGenerator[bytes, None]:
+    async for piece in pieces:
+        for start in range(0, len(piece), chunk_size):
+            yield piece[start : start + chunk_size]
+
+
+async def _whole(backend: Backend, path: str, chunk_size: int) -> AsyncGenerator[bytes, None]:
+    """A backend without streams: the whole file, then sliced (it holds it in memory anyway)."""
     data = await backend.read_file(path)
     view = memoryview(data)
     for start in range(0, len(data), chunk_size):
         yield bytes(view[start : start + chunk_size])
+
+
+async def read_small(backend: Backend, path: str, limit: int) -> bytes | None:
+    """The content of ``path`` if it holds at most ``limit`` bytes, else ``None``.
+
+    For front-ends that answer a small read in one message and stream only larger files. A
+    backend may offer ``read_small(path, limit)`` itself (``GuardedBackend`` does, so that only
+    reads that return content are audited); errors are those of ``read_file``.
+    """
+    own = getattr(backend, "read_small", None)
+    if own is not None:
+        return cast(bytes | None, await own(path, limit))
+    return await read_small_streamed(backend, path, limit)
+
+
+async def read_small_streamed(backend: Backend, path: str, limit: int) -> bytes | None:
+    """:func:`read_small` through ``backend``'s stream (for a backend whose own ``read_small``
+    handles only some limits)."""
+    pieces = read_chunks(backend, path, limit + 1)
+    try:
+        first = await anext(pieces, b"")
+        if len(first) > limit or await anext(pieces, None) is not None:
+            return None
+        return first
+    finally:
+        await pieces.aclose()
 
 
 async def write_chunks(backend: Backend, path: str, chunks: AsyncIterable[bytes]) -> None:

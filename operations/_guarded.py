@@ -29,12 +29,11 @@ import hashlib
 import posixpath
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import Protocol, Self
 
 from ._abort import AbortController, AbortSignal
-from ._chunked import read_chunks, write_chunks
+from ._chunked import read_chunks, read_small, write_chunks
 from ._errors import EscapesRoot, OpsError, PolicyDenied, TooLarge, Unavailable
 from ._policy import CommandEnvCache, Policy, PolicyEnforcer
 from ._protocols import Backend, PowerShellOperations
@@ -70,10 +69,11 @@ class AuditSink(Protocol):
 class _Entry:
     """The audit event of one call, filled in while the call runs."""
 
-    __slots__ = ("fields",)
+    __slots__ = ("fields", "skip")
 
     def __init__(self, fields: dict[str, object]) -> None:
         self.fields = fields
+        self.skip = False  # set by a call that turned out to do nothing (see read_small)
 
     def set(self, **fields: object) -> None:
         self.fields.update(fields)
@@ -166,36 +166,13 @@ class GuardedBackend:
             else:
                 self.enforcer.check_read(op, rel, shown=path)
 
-    @asynccontextmanager
-    async def _audited(self, op: str, path: str | None, **fields: object) -> AsyncIterator[_Entry]:
+    def _audited(self, op: str, path: str | None, **fields: object) -> _Audited:
+        """``async with self._audited(op, path) as entry``: the call's audit line, written
+        when the block ends (a plain class, not a generator: it runs around every call)."""
         entry = _Entry(
             {"op": op, **self._who, "path": path, "resolved": None, "decision": "allow", **fields}
         )
-        audit = self._audit
-        if audit is not None and self.policy.audit.fail_closed and not audit.healthy:
-            # Refuse, and try to record the refusal: if that works the log is back, and the
-            # next call runs.
-            entry.set(decision="deny", reason="audit log unavailable", code=Unavailable.code)
-            self._write(audit, entry)
-            raise Unavailable(
-                op,
-                path,
-                "the audit log could not be written, and the policy refuses unaudited "
-                "operations (audit.fail_closed); free space or fix the audit file, then retry",
-            )
-        started = time.monotonic()
-        written = True
-        try:
-            yield entry
-        except BaseException as exc:
-            entry.set(**_outcome(exc))
-            raise
-        finally:
-            entry.set(duration_ms=round((time.monotonic() - started) * 1000, 3))
-            if audit is not None:
-                written = self._write(audit, entry)
-        if not written and self.policy.audit.fail_closed:
-            raise Unavailable(op, path, "the operation ran but its audit line could not be written")
+        return _Audited(self, entry)
 
     @staticmethod
     def _write(audit: AuditSink, entry: _Entry) -> bool:
@@ -246,6 +223,26 @@ class GuardedBackend:
                     yield piece
             finally:
                 await pieces.aclose()
+
+    async def read_small(self, path: str, limit: int) -> bytes | None:
+        """``read_file`` of a file of at most ``limit`` bytes, else ``None`` (see
+        :func:`~operations.read_small`). The same checks; a file too large is neither returned
+        nor audited here: the caller streams it with :meth:`read_chunks`, which audits it."""
+        async with self._audited("read_file", path) as entry:
+            self._check("read_file", path, entry)
+            data = await read_small(self.inner, path, limit)
+            if data is None:
+                entry.skip = True
+                return None
+            if len(data) > self.policy.max_read_bytes:
+                raise TooLarge(
+                    "read_file",
+                    path,
+                    f"file is {len(data)} bytes, above the policy's max_read_bytes "
+                    f"({self.policy.max_read_bytes})",
+                )
+            entry.set(bytes_out=len(data))
+            return data
 
     async def access(self, path: str, *, writable: bool = False) -> None:
         async with self._audited("access", path, writable=writable) as entry:
@@ -552,6 +549,64 @@ class GuardedBackend:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+class _Audited:
+    """The audit of one call (see :meth:`GuardedBackend._audited`).
+
+    **Audit failure:** with ``audit.fail_closed``, entering refuses the call while the sink is
+    unhealthy (recording the refusal), and a call whose line cannot be written ends with
+    ``Unavailable`` instead of its result.
+    """
+
+    __slots__ = ("_entry", "_guard", "_started")
+
+    def __init__(self, guard: GuardedBackend, entry: _Entry) -> None:
+        self._guard = guard
+        self._entry = entry
+        self._started = 0.0
+
+    async def __aenter__(self) -> _Entry:
+        guard, entry = self._guard, self._entry
+        audit = guard._audit
+        if audit is not None and guard.policy.audit.fail_closed and not audit.healthy:
+            # Refuse, and try to record the refusal: if that works the log is back, and the
+            # next call runs.
+            entry.set(decision="deny", reason="audit log unavailable", code=Unavailable.code)
+            guard._write(audit, entry)
+            raise Unavailable(
+                str(entry.fields["op"]),
+                _path_of(entry),
+                "the audit log could not be written, and the policy refuses unaudited "
+                "operations (audit.fail_closed); free space or fix the audit file, then retry",
+            )
+        self._started = time.monotonic()
+        return entry
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        guard, entry = self._guard, self._entry
+        if exc is not None:
+            entry.set(**_outcome(exc))
+        entry.set(duration_ms=round((time.monotonic() - self._started) * 1000, 3))
+        audit = guard._audit
+        if audit is None or entry.skip or guard._write(audit, entry):
+            return
+        if exc is None and guard.policy.audit.fail_closed:
+            raise Unavailable(
+                str(entry.fields["op"]),
+                _path_of(entry),
+                "the operation ran but its audit line could not be written",
+            )
+
+
+def _path_of(entry: _Entry) -> str | None:
+    path = entry.fields["path"]
+    return path if isinstance(path, str) else None
 
 
 def _moved(child: str, source: str, destination: str | None) -> str | None:

@@ -21,11 +21,20 @@ and waits, at most ``exec_grace`` seconds, until it has, exactly like a local ``
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
+import io
 import os
 import urllib.parse
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import (
+    AsyncIterable,
+    AsyncIterator,
+    Callable,
+    Coroutine,
+    Mapping,
+    Sequence,
+)
 from pathlib import Path
 from types import TracebackType
 from typing import Any, NoReturn, Self
@@ -37,6 +46,7 @@ from opsbroker.v1 import broker_pb2_grpc as pb_grpc
 from opsbroker.v1.codec import (
     CHUNK_BYTES,
     ERROR_METADATA_KEY,
+    chunk_data_view,
     chunks,
     error_from_wire,
     kill_reason_from_wire,
@@ -68,6 +78,7 @@ __all__ = ["CALL_TIMEOUT", "EXEC_GRACE", "GrpcBackend", "open_from_url"]
 
 CALL_TIMEOUT = 300.0  # seconds for any call but exec: a dead broker cannot hang a tool forever
 EXEC_GRACE = 10.0  # seconds beyond an exec's own timeout before the client gives up on the broker
+TRAILER_WAIT = 5.0  # seconds an exec call may take to finish after its exit event, then cut
 RECONNECT_ATTEMPTS = 3  # tries of a read-only call while the broker is unreachable
 RECONNECT_WAIT = 5.0  # seconds a read-only call waits for an unreachable broker to come back
 MAX_RECEIVE_MESSAGE_BYTES = 64 * 1024 * 1024  # one search match holds a whole line
@@ -145,6 +156,7 @@ class GrpcBackend:
         ]
         self._channel: grpc.aio.Channel | None = None
         self._stub: Any = None
+        self._read_stream: Any = None
         self._capabilities: pb.CapabilitiesReply | None = None
         self._opening: asyncio.Lock | None = None
         self._closed = False
@@ -180,6 +192,13 @@ class GrpcBackend:
                 else:
                     self._channel = grpc.aio.insecure_channel(self.target, options=self._options)
                 self._stub = pb_grpc.BrokerStub(self._channel)  # type: ignore[no-untyped-call]
+                # ReadFile's chunks as views into the received messages: copied once, into
+                # what the caller gets, instead of once more by the protobuf parser.
+                self._read_stream = self._channel.unary_stream(
+                    f"/{pb.DESCRIPTOR.services_by_name['Broker'].full_name}/ReadFile",
+                    request_serializer=pb.PathRequest.SerializeToString,
+                    response_deserializer=chunk_data_view,
+                )
             if self._capabilities is None:
                 self._capabilities = await self._unary(
                     "connect", self.target, self._stub.Capabilities, pb.CapabilitiesRequest()
@@ -269,7 +288,8 @@ class GrpcBackend:
             )
             started = False
             try:
-                async for reply in call:
+                # read() rather than `async for`: the iterator costs an extra generator per call.
+                while (reply := await call.read()) is not grpc.aio.EOF:
                     started = True
                     yield reply
                 return
@@ -312,13 +332,20 @@ class GrpcBackend:
 
     async def read_file(self, path: str) -> bytes:
         _check("read_file", path)
-        stub = await self._ensure()
-        pieces = bytearray()
-        async for chunk in self._stream(
-            "read_file", path, stub.ReadFile, pb.PathRequest(path=path)
+        # Most files fit in one chunk: one unary call. A larger one is streamed (the broker
+        # read nothing for the first call, so the stream is the one consistent read).
+        small = await self._call("read_file", path, "ReadSmallFile", _p(path))
+        if small.complete:
+            return small.data  # type: ignore[no-any-return]
+        await self._ensure()
+        # Each piece is copied once, into the buffer whose bytes are returned (getvalue() hands
+        # them over without another copy); received messages are released as they come.
+        content = io.BytesIO()
+        async for piece in self._stream(
+            "read_file", path, self._read_stream, pb.PathRequest(path=path)
         ):
-            pieces += chunk.data
-        return bytes(pieces)
+            content.write(piece)
+        return content.getvalue()
 
     async def read_chunks(
         self, path: str, *, chunk_size: int = CHUNK_BYTES
@@ -331,13 +358,12 @@ class GrpcBackend:
         _check("read_file", path)
         if chunk_size < 1:
             raise InvalidArgument("read_file", path, f"chunk_size must be >= 1, got {chunk_size}")
-        stub = await self._ensure()
-        async for chunk in self._stream(
-            "read_file", path, stub.ReadFile, pb.PathRequest(path=path)
+        await self._ensure()
+        async for data in self._stream(
+            "read_file", path, self._read_stream, pb.PathRequest(path=path)
         ):
-            data = chunk.data
             for start in range(0, len(data), chunk_size):
-                yield data[start : start + chunk_size]
+                yield bytes(data[start : start + chunk_size])
 
     async def access(self, path: str, *, writable: bool = False) -> None:
         _check("access", path)
@@ -508,31 +534,35 @@ class GrpcBackend:
             return ExecResult(None, KillReason.ABORTED)
         _check("exec", cwd, command, *(env or {}).keys(), *(env or {}).values())
         stub = await self._ensure()
-        start = pb.ExecRequest(command=command, cwd=cwd, shell=shell, env=dict(env or {}))
+        # One request (Run), no client stream: an abort travels as an AbortRun naming the
+        # command by this id, and the Run call then reports the kill.
+        start = pb.ExecRequest(command=command, cwd=cwd, shell=shell, abort_id=os.urandom(16).hex())
+        if env:
+            start.env.update(env)
         if timeout is not None:
             start.timeout = timeout
         deadline = None if timeout is None else timeout + self._exec_grace
-        call = stub.Exec(timeout=deadline, metadata=self._metadata)
-        run = _ExecCall(call, on_data, self._exec_grace)
+        call = stub.Run(start, timeout=deadline, metadata=self._metadata)
+        run = _ExecCall(call, on_data, self._exec_grace, self._abort_run(start.abort_id))
         remove: Callable[[], None] | None = None
+        loop = asyncio.get_running_loop()
         try:
-            await call.write(pb.ExecInput(start=start))
             if signal is not None:
-                loop = asyncio.get_running_loop()
 
                 def on_abort() -> None:
                     loop.call_soon_threadsafe(run.abort)
 
                 remove = signal.add_listener(on_abort)
-            # The stream is read in its own task: a cancellation of ours must not reach grpc's
+            # The call is read in its own task: a cancellation of ours must not reach grpc's
             # read (that would cut the RPC at once) but first ask the broker to kill the tree.
-            reader = asyncio.get_running_loop().create_task(run.result())
+            reader = loop.create_task(run.result())
             try:
-                await asyncio.wait((reader,))
+                return await asyncio.shield(reader)
             except asyncio.CancelledError:
+                if reader.done():
+                    raise
                 await run.stop_after_cancel(reader)
                 raise
-            return reader.result()
         except grpc.aio.AioRpcError as exc:
             if run.aborted and exc.code() is grpc.StatusCode.CANCELLED:
                 return ExecResult(None, KillReason.ABORTED)
@@ -549,21 +579,48 @@ class GrpcBackend:
                 remove()
             run.close()
 
+    def _abort_run(self, abort_id: str) -> Callable[[], Coroutine[Any, Any, None]]:
+        """What asks the broker to kill the command named ``abort_id`` (errors ignored: the
+        exec's grace period covers a broker that cannot be told)."""
+
+        async def send() -> None:
+            stub = self._stub
+            if stub is None:
+                return
+            with contextlib.suppress(Exception):  # e.g. the channel closed meanwhile
+                await stub.AbortRun(
+                    pb.AbortRunRequest(abort_id=abort_id),
+                    timeout=self._exec_grace,
+                    metadata=self._metadata,
+                )
+
+        return send
+
 
 class _ExecCall:
-    """One running ``Exec`` stream: output to ``on_data``, then the exit event."""
+    """One running ``Run`` stream: output to ``on_data``, then the exit event."""
 
-    def __init__(self, call: Any, on_data: OnData, grace: float) -> None:
+    def __init__(
+        self,
+        call: Any,
+        on_data: OnData,
+        grace: float,
+        send_abort: Callable[[], Coroutine[Any, Any, None]],
+    ) -> None:
         self._call = call
         self._on_data = on_data
         self._grace = grace
+        self._send_abort = send_abort
         self._scope: asyncio.Timeout | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self.aborted = False
+        self.finished = False  # the exit event arrived: the call ends by itself
 
     async def result(self) -> ExecResult:
         async with asyncio.timeout(None) as scope:
             self._scope = scope
+            if self.aborted:  # aborted before this task ran: the grace starts now
+                scope.reschedule(asyncio.get_running_loop().time() + self._grace)
             try:
                 return await self._read_until_exit()
             except TimeoutError:
@@ -584,7 +641,7 @@ class _ExecCall:
             elif kind == "exit":
                 end = event.exit
                 code = end.exit_code if end.HasField("exit_code") else None
-                await self._call.code()  # the trailers follow at once; cancelling would reset
+                self.finished = True
                 return ExecResult(code, kill_reason_from_wire(end.kill_reason))
 
     async def _raise_status(self) -> NoReturn:
@@ -602,12 +659,6 @@ class _ExecCall:
         if self._scope is not None:
             self._scope.reschedule(asyncio.get_running_loop().time() + self._grace)
 
-    async def _send_abort(self) -> None:
-        try:
-            await self._call.write(pb.ExecInput(abort=pb.Empty()))
-        except Exception:  # the call already ended: nothing left to abort
-            return
-
     async def stop_after_cancel(self, reader: asyncio.Task[ExecResult]) -> None:
         """On task cancellation: abort, and wait (at most ``grace``) for the broker to report
         that the tree is gone."""
@@ -621,10 +672,17 @@ class _ExecCall:
                 reader.exception()  # retrieved: the caller sees the cancellation instead
 
     def close(self) -> None:
-        if not self._call.done():
-            self._call.cancel()
-        for task in self._tasks:
-            task.cancel()
+        call = self._call
+        if not call.done():
+            if self.finished:
+                # The broker's status follows its exit event at once: not waited for (the
+                # caller has its result), not cut (a reset would abort the broker's call);
+                # cut only if it never comes.
+                asyncio.get_running_loop().call_later(TRAILER_WAIT, call.cancel)
+            else:
+                call.cancel()
+        # An AbortRun still on its way is left to finish: cancelling it could leave the
+        # broker's early-abort note behind for nothing (it is bounded either way).
 
 
 def _check(op: str, path: object, *texts: object) -> None:

@@ -72,7 +72,7 @@ STATUS: dict[type[OpsError], grpc.StatusCode] = {
 }
 
 current_principal: ContextVar[str] = ContextVar("opsbroker_principal", default="-")
-"""Who is calling, set by the authentication interceptor before the method runs."""
+"""Who is calling, set by the authentication wrapper before the method runs."""
 
 
 def status_of(error: OpsError) -> grpc.StatusCode:

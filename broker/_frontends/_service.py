@@ -36,6 +36,7 @@ from operations import (
     KillReason,
     TooLarge,
     read_chunks,
+    read_small,
     write_chunks,
 )
 
@@ -45,6 +46,9 @@ M = TypeVar("M", bound=ProtoMessage)
 
 SHUTDOWN: Final = object()
 """The abort reason of commands killed because the broker stops (reported as ``SHUTDOWN``)."""
+
+MAX_EARLY_ABORTS: Final = 1024
+"""AbortRun calls remembered for a Run not seen yet (per connection); the oldest go first."""
 
 DEFAULT_MAX_UPLOAD_BYTES: Final = 1024 * 1024 * 1024
 """Most bytes one WriteFile may stream in (the core streams to a temp file, but a backend without
@@ -91,6 +95,8 @@ class Service:
         self.backend = backend
         self.max_upload_bytes = max_upload_bytes
         self._running: set[AbortController] = set()
+        self._abortable: dict[str, AbortController] = {}  # Run calls by abort_id
+        self._early_aborts: dict[str, None] = {}  # AbortRun before its Run, in arrival order
 
     def kill_running(self) -> int:
         """Abort every running command (the broker stops); their callers see ``SHUTDOWN``."""
@@ -108,6 +114,11 @@ class Service:
         path = parse(pb.PathRequest, request, "read_file").path
         async for chunk in read_chunks(self.backend, path, CHUNK_BYTES):
             await call.send(pb.Chunk(data=chunk))
+
+    async def ReadSmallFile(self, request: bytes, call: Call) -> None:
+        path = parse(pb.PathRequest, request, "read_file").path
+        data = await read_small(self.backend, path, CHUNK_BYTES)
+        await call.send(pb.SmallFile(data=data or b"", complete=data is not None))
 
     async def Access(self, request: bytes, call: Call) -> None:
         req = parse(pb.AccessRequest, request, "access")
@@ -220,7 +231,6 @@ class Service:
         if first.WhichOneof("input") != "start":
             raise InvalidArgument("exec", None, "the first ExecInput must be 'start'")
         req = first.start
-        ops = self.backend.powershell if req.shell == pb.SHELL_POWERSHELL else self.backend
         controller = AbortController()
 
         async def watch_input() -> None:
@@ -228,11 +238,53 @@ class Service:
                 if parse(pb.ExecInput, more, "exec").WhichOneof("input") == "abort":
                     controller.abort("client")
 
+        watcher = asyncio.create_task(watch_input())
+        try:
+            await self._run(req, call, controller)
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError, InvalidArgument):
+                await watcher
+
+    async def Run(self, request: bytes, call: Call) -> None:
+        """Exec in one request; ``AbortRun`` with the request's ``abort_id`` aborts it."""
+        req = parse(pb.ExecRequest, request, "exec")
+        controller = AbortController()
+        key = req.abort_id
+        if not key:
+            await self._run(req, call, controller)
+            return
+        if key in self._abortable:
+            raise InvalidArgument("exec", req.cwd, "`abort_id` names a command still running")
+        if key in self._early_aborts:
+            del self._early_aborts[key]
+            controller.abort("client")  # its AbortRun came first: it starts aborted
+        self._abortable[key] = controller
+        try:
+            await self._run(req, call, controller)
+        finally:
+            del self._abortable[key]
+
+    async def AbortRun(self, request: bytes, call: Call) -> None:
+        key = parse(pb.AbortRunRequest, request, "abort_exec").abort_id
+        if not key:
+            raise InvalidArgument("abort_exec", None, "`abort_id` must not be empty")
+        controller = self._abortable.get(key)
+        if controller is not None:
+            controller.abort("client")
+        else:
+            if len(self._early_aborts) >= MAX_EARLY_ABORTS:
+                del self._early_aborts[next(iter(self._early_aborts))]
+            self._early_aborts[key] = None
+        await call.send(pb.Empty())
+
+    async def _run(self, req: pb.ExecRequest, call: Call, controller: AbortController) -> None:
+        ops = self.backend.powershell if req.shell == pb.SHELL_POWERSHELL else self.backend
+
         async def on_data(data: bytes) -> None:
             for chunk in chunks(data):
                 await call.send(pb.ExecEvent(output=chunk))
 
-        watcher = asyncio.create_task(watch_input())
         self._running.add(controller)
         try:
             result = await ops.exec(
@@ -245,9 +297,6 @@ class Service:
             )
         finally:
             self._running.discard(controller)
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError, InvalidArgument):
-                await watcher
         if result.kill_reason is KillReason.ABORTED and controller.signal.reason is SHUTDOWN:
             result = ExecResult(None, KillReason.SHUTDOWN)
         await call.send(pb.ExecEvent(exit=exit_to_wire(result)))

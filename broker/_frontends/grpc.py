@@ -3,9 +3,10 @@
 Each method is a translation: wire message -> backend call -> wire message, inside one
 :class:`~._grpcwire.CallScope` that logs the call and turns an :class:`~operations.OpsError` into a
 status code plus an ``ErrorDetail`` in the trailing metadata (``_grpcwire.STATUS`` is the one
-mapping). Who may call is decided before any method runs (``_grpcauth``: an interceptor applied to
-every service, health and reflection included), so a refused call performs nothing. Each call then
-runs on the backend behind the broker's policy and audit, as its principal.
+mapping). Who may call is decided before any method runs (``_grpcauth``: every method of every
+service, health and reflection included, is wrapped as it is registered), so a refused call
+performs nothing. Each call then runs on the backend behind the broker's policy and audit, as its
+principal.
 
 **Cancellation:** a client that cancels, passes its deadline or disappears gets its handler task
 cancelled by grpc.aio; the backend call is cancelled with it (``exec`` kills the command tree
@@ -41,21 +42,24 @@ from operations import (
     OpsError,
     Timeout,
     read_chunks,
+    read_small,
     write_chunks,
 )
 
 from .._guard import Enforcement
-from ._grpcauth import Authenticator, AuthInterceptor
+from ._grpcauth import AuthenticatedServer, Authenticator
 from ._grpcwire import SERVICE_NAME, CallScope, Undecodable, current_principal
 
 __all__ = [
     "SERVICE_NAME",
-    "AuthInterceptor",
+    "AuthenticatedServer",
     "Authenticator",
     "BrokerServicer",
 ]
 
 MAX_GUARDS = 1024  # cached (principal, peer) policy guards; cleared when full
+OUTPUT_QUEUE = 2  # output events a command may queue ahead of the one being written
+MAX_EARLY_ABORTS = 1024  # AbortRun calls remembered for a Run not seen yet; the oldest go first
 STREAM_IDLE_TIMEOUT = 60.0  # seconds a client stream may stall between messages before we give up
 
 
@@ -144,6 +148,8 @@ class BrokerServicer(pb_grpc.BrokerServicer):
         self._enforcement = enforcement
         self._guards: dict[tuple[str, str], Backend] = {}
         self._running: set[AbortController] = set()
+        self._abortable: dict[tuple[str, str], AbortController] = {}  # (principal, abort_id)
+        self._early_aborts: dict[tuple[str, str], None] = {}  # in arrival order
         self._cleanups: set[asyncio.Future[None]] = set()
 
     def _ops(self, context: grpc.aio.ServicerContext[Any, Any]) -> Backend:
@@ -218,8 +224,20 @@ class BrokerServicer(pb_grpc.BrokerServicer):
             try:
                 async for piece in pieces:
                     await context.write(pb.Chunk(data=piece))
-            finally:
+            except BaseException:
+                # A stream that ran to its end is closed already; only an interrupted one
+                # must still be closed (and the cleanup task costs a loop pass: not per call).
                 await self._finish(pieces.aclose())
+                raise
+
+    async def ReadSmallFile(
+        self, request: pb.PathRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.SmallFile:
+        async with CallScope(context, "read_file", request.path):
+            data = await read_small(self._ops(context), request.path, CHUNK_BYTES)
+            if data is None:
+                return pb.SmallFile(complete=False)
+            return pb.SmallFile(data=data, complete=True)
 
     async def Access(
         self, request: pb.AccessRequest, context: grpc.aio.ServicerContext[Any, Any]
@@ -386,39 +404,86 @@ class BrokerServicer(pb_grpc.BrokerServicer):
             first = await _read(context, "exec")
             if first is grpc.aio.EOF or first.WhichOneof("input") != "start":
                 raise InvalidArgument("exec", None, "the first message must be `start`")
-            request: pb.ExecRequest = first.start
-            if request.shell == pb.SHELL_POWERSHELL:
-                runner: Any = self._ops(context).powershell
-            elif request.shell in (pb.SHELL_UNSPECIFIED, pb.SHELL_BASH):
-                runner = self._ops(context)
-            else:
-                raise InvalidArgument("exec", request.cwd, f"unknown shell {request.shell}")
-            timeout = _exec_timeout(request)
             controller = AbortController()
-
-            on_data = _Output(context)
             watcher = asyncio.create_task(_watch_abort(context, controller))
-            self._running.add(controller)
             try:
-                result = await runner.exec(
-                    request.command,
-                    request.cwd,
-                    on_data=on_data,
-                    signal=controller.signal,
-                    timeout=timeout,
-                    env=dict(request.env) if request.env else None,
-                )
+                await self._run(first.start, context, controller)
             finally:
-                self._running.discard(controller)
                 watcher.cancel()
-            reason = result.kill_reason
-            if reason is KillReason.ABORTED and controller.signal.reason is _SHUTDOWN:
-                reason = KillReason.SHUTDOWN
-            end = pb.ExecExit(kill_reason=kill_reason_to_wire(reason))
-            if result.exit_code is not None:
-                end.exit_code = result.exit_code
-            await on_data.drain()
-            await context.write(pb.ExecEvent(exit=end))
+
+    async def Run(
+        self, request: pb.ExecRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> None:
+        async with CallScope(context, "exec", None):
+            controller = AbortController()
+            if not request.abort_id:
+                await self._run(request, context, controller)
+                return
+            key = (current_principal.get(), request.abort_id)
+            if key in self._abortable:
+                raise InvalidArgument(
+                    "exec", request.cwd, "`abort_id` names a command still running; pick a new one"
+                )
+            if key in self._early_aborts:
+                del self._early_aborts[key]
+                controller.abort("client")  # its AbortRun came first: it starts aborted
+            self._abortable[key] = controller
+            try:
+                await self._run(request, context, controller)
+            finally:
+                del self._abortable[key]
+
+    async def AbortRun(
+        self, request: pb.AbortRunRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.Empty:
+        async with CallScope(context, "abort_exec", None):
+            if not request.abort_id:
+                raise InvalidArgument("abort_exec", None, "`abort_id` must not be empty")
+            key = (current_principal.get(), request.abort_id)
+            controller = self._abortable.get(key)
+            if controller is not None:
+                controller.abort("client")
+            else:  # the Run is not here yet (or is over): remembered, within a bound
+                if len(self._early_aborts) >= MAX_EARLY_ABORTS:
+                    del self._early_aborts[next(iter(self._early_aborts))]
+                self._early_aborts[key] = None
+            return pb.Empty()
+
+    async def _run(
+        self,
+        request: pb.ExecRequest,
+        context: grpc.aio.ServicerContext[Any, Any],
+        controller: AbortController,
+    ) -> None:
+        """Run ``request`` on the backend, streaming its output, then write the exit event."""
+        if request.shell == pb.SHELL_POWERSHELL:
+            runner: Any = self._ops(context).powershell
+        elif request.shell in (pb.SHELL_UNSPECIFIED, pb.SHELL_BASH):
+            runner = self._ops(context)
+        else:
+            raise InvalidArgument("exec", request.cwd, f"unknown shell {request.shell}")
+        timeout = _exec_timeout(request)
+        on_data = _Output(context)
+        self._running.add(controller)
+        try:
+            result = await runner.exec(
+                request.command,
+                request.cwd,
+                on_data=on_data,
+                signal=controller.signal,
+                timeout=timeout,
+                env=dict(request.env) if request.env else None,
+            )
+        finally:
+            self._running.discard(controller)
+        reason = result.kill_reason
+        if reason is KillReason.ABORTED and controller.signal.reason is _SHUTDOWN:
+            reason = KillReason.SHUTDOWN
+        end = pb.ExecExit(kill_reason=kill_reason_to_wire(reason))
+        if result.exit_code is not None:
+            end.exit_code = result.exit_code
+        await on_data.drain()
+        await context.write(pb.ExecEvent(exit=end))
 
 
 def _retrieve(future: asyncio.Future[Any]) -> None:
@@ -427,29 +492,47 @@ def _retrieve(future: asyncio.Future[Any]) -> None:
 
 
 class _Output:
-    """The ``on_data`` of a command: output events, each written to the end even when the backend
-    cancels its producer mid-write (a half-done write would make the next one fail)."""
+    """The ``on_data`` of a command: its output events, written in order by one writer task.
 
-    __slots__ = ("_context", "_pending")
+    The writer, not the command's producer, does the writes: when the backend cancels its
+    producer (a kill), a write is never cut halfway (that would make the next write, the exit
+    event, fail). The producer waits only while :data:`OUTPUT_QUEUE` events are queued
+    (backpressure); a failed write is raised by the next call or by :meth:`drain`.
+    """
+
+    __slots__ = ("_context", "_queue", "_writer")
 
     def __init__(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
         self._context = context
-        self._pending: asyncio.Future[None] | None = None
+        self._queue: asyncio.Queue[pb.ExecEvent | None] | None = None
+        self._writer: asyncio.Task[None] | None = None
 
     async def __call__(self, data: bytes) -> None:
         if not data:
             return
+        if self._queue is None:
+            self._queue = asyncio.Queue(OUTPUT_QUEUE)
+            self._writer = asyncio.ensure_future(self._write_all(self._queue))
+            self._writer.add_done_callback(_retrieve)
+        writer = self._writer
+        assert writer is not None
         for piece in chunks(data):
-            await self.drain()
-            pending = asyncio.ensure_future(self._context.write(pb.ExecEvent(output=piece)))
-            pending.add_done_callback(_retrieve)
-            self._pending = pending
-            await asyncio.shield(pending)
+            if writer.done():
+                writer.result()  # raise what failed it
+            await self._queue.put(pb.ExecEvent(output=piece))
+
+    async def _write_all(self, queue: asyncio.Queue[pb.ExecEvent | None]) -> None:
+        while (event := await queue.get()) is not None:
+            await self._context.write(event)
 
     async def drain(self) -> None:
-        """Wait until the last output event is written."""
-        if self._pending is not None and not self._pending.done():
-            await self._pending
+        """Wait until every output event is written; raise what failed one."""
+        if self._queue is None or self._writer is None:
+            return
+        if not self._writer.done():
+            await self._queue.put(None)
+            await asyncio.shield(self._writer)
+        self._writer.result()
 
 
 async def _watch_abort(

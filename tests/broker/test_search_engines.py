@@ -69,6 +69,17 @@ async def test_engines_agree(
         assert results["rg"] == results["python"]
 
 
+@pytest.mark.parametrize("engine", ["rg", "python"])
+async def test_a_nul_in_the_pattern_is_searched_not_an_error(tmp_path: Path, engine: str) -> None:
+    """rg takes its pattern in argv, which cannot carry a NUL: such a pattern takes the walk."""
+    root = tmp_path / "ROOT"
+    root.mkdir()
+    make_tree(root)
+    async with Broker(str(root), search_engine=engine) as broker:
+        assert [m async for m in broker.search("\0", str(root), limit=50)] == []
+        assert [m async for m in broker.search("a\0b", str(root), literal=True, limit=5)] == []
+
+
 async def test_limit_stops_early(tmp_path: Path) -> None:
     root = tmp_path / "ROOT"
     root.mkdir()

@@ -10,6 +10,7 @@ import grpc
 import grpc.aio
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from opsbroker.v1 import broker_pb2 as pb
 from opsbroker.v1 import broker_pb2_grpc as pb_grpc
 
@@ -28,6 +29,7 @@ async def _attempt_everything(address: str, token: str | None) -> None:
         stub = pb_grpc.BrokerStub(channel)  # type: ignore[no-untyped-call]
         calls = [
             stub.ReadFile(pb.PathRequest(path="/workspace/a"), metadata=metadata).read(),
+            stub.ReadSmallFile(pb.PathRequest(path="/workspace/a"), metadata=metadata),
             stub.WriteFile(
                 iter([pb.WriteFileRequest(path="/workspace/new", data=b"x")]), metadata=metadata
             ),
@@ -128,6 +130,30 @@ async def test_health_needs_a_token_unless_configured(tmp_path: Path) -> None:
         with pytest.raises(Unauthenticated):
             async with client(srv, token="nope"):
                 pass
+
+
+async def _list_services(address: str, token: str | None) -> list[str]:
+    metadata = (("authorization", f"Bearer {token}"),) if token else ()
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = reflection_pb2_grpc.ServerReflectionStub(channel)
+        call = stub.ServerReflectionInfo(metadata=metadata)
+        await call.write(reflection_pb2.ServerReflectionRequest(list_services=""))
+        reply = await call.read()
+        await call.done_writing()
+        assert reply is not grpc.aio.EOF
+        return [service.name for service in reply.list_services_response.service]
+
+
+async def test_reflection_needs_a_token(tmp_path: Path) -> None:
+    """Every service on the server authenticates its callers, not only the broker's own."""
+    async with serving(tmp_path, InMemoryOperations(), health_without_token=True) as server:
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await _list_services(server.addresses[0], None)
+        assert caught.value.code() is grpc.StatusCode.UNAUTHENTICATED
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await _list_services(server.addresses[0], "wrong-token")
+        assert caught.value.code() is grpc.StatusCode.UNAUTHENTICATED
+        assert "opsbroker.v1.Broker" in await _list_services(server.addresses[0], token_of(server))
 
 
 async def test_unix_socket_needs_no_token_and_is_private(tmp_path: Path) -> None:

@@ -160,3 +160,50 @@ def test_tree_command_is_a_real_tree() -> None:
     """The command the tests kill really is 21 processes (else they prove nothing)."""
     assert Broker is not None
     assert TREE.count("sleep") == 1 and TREE_SIZE == 21
+
+
+async def _run_events(stub: object, request: pb.ExecRequest, metadata: object) -> pb.ExecExit:
+    """The exit event of a Run call (output events skipped)."""
+    async for event in stub.Run(request, metadata=metadata, timeout=30):  # type: ignore[attr-defined]
+        if event.WhichOneof("event") == "exit":
+            return event.exit
+    raise AssertionError("no exit event")
+
+
+async def test_an_abort_that_overtakes_its_run_starts_it_aborted(tmp_path: Path) -> None:
+    """AbortRun may reach the broker before its Run: the command then never runs."""
+    async with serving(tmp_path, None) as server:
+        metadata = (("authorization", f"Bearer {token_of(server)}"),)
+        root = tmp_path / "ROOT"
+        async with grpc.aio.insecure_channel(server.addresses[0]) as channel:
+            stub = pb_grpc.BrokerStub(channel)  # type: ignore[no-untyped-call]
+            await stub.AbortRun(pb.AbortRunRequest(abort_id="early"), metadata=metadata)
+            request = pb.ExecRequest(command="touch ran", cwd=str(root), abort_id="early")
+            end = await _run_events(stub, request, metadata)
+            assert end.kill_reason == pb.KILL_REASON_ABORTED and not end.HasField("exit_code")
+            assert not (root / "ran").exists()
+            end = await _run_events(stub, request, metadata)  # the early abort is used up
+            assert end.exit_code == 0 and (root / "ran").exists()
+
+
+async def test_abort_ids_belong_to_their_principal(tmp_path: Path) -> None:
+    """Another principal's AbortRun with the same id stops nothing; an id still running is
+    refused."""
+    tokens = tmp_path / "tokens"
+    tokens.write_text("tok-alice alice\ntok-bob bob\n")
+    tokens.chmod(0o600)
+    async with serving(tmp_path, None) as server:
+        alice = (("authorization", "Bearer tok-alice"),)
+        bob = (("authorization", "Bearer tok-bob"),)
+        root = str(tmp_path / "ROOT")
+        async with grpc.aio.insecure_channel(server.addresses[0]) as channel:
+            stub = pb_grpc.BrokerStub(channel)  # type: ignore[no-untyped-call]
+            request = pb.ExecRequest(command="sleep 1", cwd=root, abort_id="shared")
+            running = asyncio.create_task(_run_events(stub, request, alice))
+            await asyncio.sleep(0.3)
+            await stub.AbortRun(pb.AbortRunRequest(abort_id="shared"), metadata=bob)
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await _run_events(stub, request, alice)
+            assert caught.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+            end = await running
+            assert end.exit_code == 0 and end.kill_reason == pb.KILL_REASON_UNSPECIFIED

@@ -35,10 +35,10 @@ pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 SERVICE = "/opsbroker.v1.Broker/"
 UNARY = ["Capabilities", "Access", "DetectImageMimeType", "Mkdir", "Exists", "Stat", "Lstat"]
-UNARY += ["IsDirectory", "Remove", "Rename"]
-SERVER_STREAM = ["ReadFile", "Readdir", "ListDir", "Glob", "Search"]
+UNARY += ["IsDirectory", "Remove", "Rename", "ReadSmallFile", "AbortRun"]
+SERVER_STREAM = ["ReadFile", "Readdir", "ListDir", "Glob", "Search", "Run"]
 PATH_METHODS = ["ReadFile", "Access", "DetectImageMimeType", "Mkdir", "Exists", "Stat", "Lstat"]
-PATH_METHODS += ["IsDirectory", "Readdir", "ListDir"]
+PATH_METHODS += ["IsDirectory", "Readdir", "ListDir", "ReadSmallFile"]
 
 # What a hostile request may get back. Never UNKNOWN, never the broker's own INTERNAL.
 DEFINED = {
@@ -108,7 +108,7 @@ def _raw(channel: grpc.aio.Channel, method: str) -> Any:
 
 async def _call(target: Target, method: str, payloads: list[bytes]) -> grpc.StatusCode:
     """Send ``payloads`` (raw bytes) to ``method``; return the final status."""
-    channel = target.memory if method == "Exec" else target.core
+    channel = target.memory if method in ("Exec", "Run", "AbortRun") else target.core
     stub = _raw(channel, method)
     kwargs = {"metadata": target.metadata, "timeout": CALL_TIMEOUT_S}
     if method in ("WriteFile", "Exec"):
@@ -258,6 +258,33 @@ async def test_hostile_exec_requests(
     valid = shell <= 2 and (timeout is None or (math.isfinite(timeout) and timeout >= 0))
     if not valid:
         assert status in (grpc.StatusCode.INVALID_ARGUMENT, UNOBSERVABLE)
+
+
+@common
+@given(
+    shell=st.integers(0, 2**31 - 1),
+    timeout=st.none() | st.floats(allow_nan=True, allow_infinity=True),
+    command=st.text(max_size=40),
+    abort_id=st.text(max_size=40),
+    abort_first=st.booleans(),
+)
+async def test_hostile_run_requests(
+    target: Target,
+    shell: int,
+    timeout: float | None,
+    command: str,
+    abort_id: str,
+    abort_first: bool,
+) -> None:
+    if abort_first:
+        await _call(target, "AbortRun", [pb.AbortRunRequest(abort_id=abort_id).SerializeToString()])
+    request = pb.ExecRequest(command=command, cwd="/workspace", shell=shell, abort_id=abort_id)  # type: ignore[arg-type]
+    if timeout is not None:
+        request.timeout = timeout
+    status = await _call(target, "Run", [request.SerializeToString()])
+    valid = shell <= 2 and (timeout is None or (math.isfinite(timeout) and timeout >= 0))
+    if not valid:
+        assert status is grpc.StatusCode.INVALID_ARGUMENT
 
 
 @common

@@ -108,6 +108,61 @@ async def test_core_cancelled_midway_leaves_no_file_and_no_fd(tmp_path: Path) ->
     assert len(os.listdir("/proc/self/fd")) == fds
 
 
+@pytest.mark.parametrize("cached", [True, False])
+async def test_core_reads_cached_pieces_on_the_loop_and_others_in_threads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cached: bool
+) -> None:
+    """Pieces the page cache holds are read without a thread hop; the others (forced here) in
+    threads, at the right offsets either way."""
+    import broker._core as core_module
+
+    taken: list[bool] = []
+    real = core_module._read_cached
+
+    def read_cached(fd: int, buffer: bytearray, offset: int) -> bytes | None:
+        piece = real(fd, buffer, offset) if cached else None
+        taken.append(piece is not None)
+        return piece
+
+    monkeypatch.setattr(core_module, "_read_cached", read_cached)
+    size = 3 * MiB + 12_345
+    content = b"".join(i.to_bytes(4, "big") for i in range(size // 4 + 1))[:size]
+    (tmp_path / "big.bin").write_bytes(content)
+    async with Broker(str(tmp_path)) as core:
+        pieces = [p async for p in core.read_chunks(f"{tmp_path}/big.bin", chunk_size=MiB)]
+    assert b"".join(pieces) == content and max(map(len, pieces)) <= MiB
+    assert taken and all(taken) is cached and any(taken) is cached
+
+
+async def test_core_read_small_returns_small_files_and_declines_larger_ones(tmp_path: Path) -> None:
+    from operations import IsADirectory, NotFound
+
+    async with Broker(str(tmp_path)) as core:
+        for limit in (10, 300 * 1024):  # on the loop; through the stream (above the inline size)
+            for size in (0, 1, limit, limit + 1, 3 * limit):
+                (tmp_path / "f").write_bytes(b"z" * size)
+                got = await core.read_small(f"{tmp_path}/f", limit)
+                assert got == (b"z" * size if size <= limit else None), (limit, size)
+        with pytest.raises(IsADirectory):
+            await core.read_small(str(tmp_path), 10)
+        with pytest.raises(NotFound):
+            await core.read_small(f"{tmp_path}/missing", 10)
+
+
+def test_chunk_data_view_is_the_data_without_a_copy() -> None:
+    from opsbroker.v1 import broker_pb2 as pb
+    from opsbroker.v1.codec import chunk_data_view
+
+    for size in (0, 1, 127, 128, 16_383, 16_384, MiB):
+        data = os.urandom(size)
+        raw = pb.Chunk(data=data).SerializeToString()
+        view = chunk_data_view(raw)
+        assert bytes(view) == data
+        assert size == 0 or view.obj is raw  # a view into the received message
+    unusual = b"\x10\x01" + pb.Chunk(data=b"abc").SerializeToString()  # an unknown field first
+    assert bytes(chunk_data_view(unusual)) == b"abc"
+
+
 async def test_guard_limits_streams_and_audits_totals(tmp_path: Path) -> None:
     root = tmp_path / "ROOT"
     root.mkdir()
@@ -136,6 +191,42 @@ async def test_guard_limits_streams_and_audits_totals(tmp_path: Path) -> None:
         ("write_file", "error", 2 * MiB + MiB, None),
         ("read_file", "error", None, 2 * MiB),
     ]
+
+
+async def test_a_read_over_grpc_is_one_call_when_small_and_one_audit_line_either_way(
+    tmp_path: Path,
+) -> None:
+    """A file that fits in one chunk comes back in one unary reply; a larger one is streamed
+    after the broker declined it without auditing, so each read is audited exactly once."""
+    from opsbroker.v1.codec import CHUNK_BYTES
+
+    from broker._audit import read_records
+
+    audit = tmp_path / "audit.jsonl"
+    (tmp_path / "ROOT").mkdir()
+    sizes = [0, 1, CHUNK_BYTES, CHUNK_BYTES + 1, 3 * CHUNK_BYTES + 7]
+    for size in sizes:
+        (tmp_path / "ROOT" / f"f{size}").write_bytes(os.urandom(size))
+    async with serving(tmp_path, None, audit_log=audit) as server, client(server) as ops:
+        for size in sizes:
+            data = await ops.read_file(f"{ops.root}/f{size}")
+            assert data == (tmp_path / "ROOT" / f"f{size}").read_bytes()
+        small = await ops._call("read_file", ops.root, "ReadSmallFile", _path(f"{ops.root}/f1"))
+        assert small.complete and small.data == (tmp_path / "ROOT" / "f1").read_bytes()
+        large = f"{ops.root}/f{CHUNK_BYTES + 1}"
+        declined = await ops._call("read_file", ops.root, "ReadSmallFile", _path(large))
+        assert not declined.complete and not declined.data
+    reads = [r for r in read_records([audit]) if r.get("op") == "read_file"]
+    assert [(r["decision"], r.get("bytes_out")) for r in reads] == [
+        *[("allow", size) for size in sizes],
+        ("allow", 1),
+    ]
+
+
+def _path(path: str) -> object:
+    from opsbroker.v1 import broker_pb2 as pb
+
+    return pb.PathRequest(path=path)
 
 
 async def test_grpc_client_streams_and_a_failing_stream_writes_nothing(tmp_path: Path) -> None:

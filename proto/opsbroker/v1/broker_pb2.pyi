@@ -78,6 +78,14 @@ class Chunk(_message.Message):
     data: bytes
     def __init__(self, data: _Optional[bytes] = ...) -> None: ...
 
+class SmallFile(_message.Message):
+    __slots__ = ("data", "complete")
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    COMPLETE_FIELD_NUMBER: _ClassVar[int]
+    data: bytes
+    complete: bool
+    def __init__(self, data: _Optional[bytes] = ..., complete: _Optional[bool] = ...) -> None: ...
+
 class WriteFileRequest(_message.Message):
     __slots__ = ("path", "data", "size")
     PATH_FIELD_NUMBER: _ClassVar[int]
@@ -175,7 +183,7 @@ class SearchMatch(_message.Message):
     def __init__(self, path: _Optional[str] = ..., line_number: _Optional[int] = ..., line_text: _Optional[str] = ...) -> None: ...
 
 class ExecRequest(_message.Message):
-    __slots__ = ("command", "cwd", "shell", "timeout", "env")
+    __slots__ = ("command", "cwd", "shell", "timeout", "env", "abort_id")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -188,12 +196,20 @@ class ExecRequest(_message.Message):
     SHELL_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     ENV_FIELD_NUMBER: _ClassVar[int]
+    ABORT_ID_FIELD_NUMBER: _ClassVar[int]
     command: str
     cwd: str
     shell: Shell
     timeout: float
     env: _containers.ScalarMap[str, str]
-    def __init__(self, command: _Optional[str] = ..., cwd: _Optional[str] = ..., shell: _Optional[_Union[Shell, str]] = ..., timeout: _Optional[float] = ..., env: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    abort_id: str
+    def __init__(self, command: _Optional[str] = ..., cwd: _Optional[str] = ..., shell: _Optional[_Union[Shell, str]] = ..., timeout: _Optional[float] = ..., env: _Optional[_Mapping[str, str]] = ..., abort_id: _Optional[str] = ...) -> None: ...
+
+class AbortRunRequest(_message.Message):
+    __slots__ = ("abort_id",)
+    ABORT_ID_FIELD_NUMBER: _ClassVar[int]
+    abort_id: str
+    def __init__(self, abort_id: _Optional[str] = ...) -> None: ...
 
 class ExecInput(_message.Message):
     __slots__ = ("start", "abort")

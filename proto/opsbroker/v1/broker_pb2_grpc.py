@@ -44,6 +44,11 @@ class BrokerStub:
                 request_serializer=opsbroker_dot_v1_dot_broker__pb2.PathRequest.SerializeToString,
                 response_deserializer=opsbroker_dot_v1_dot_broker__pb2.Chunk.FromString,
                 _registered_method=True)
+        self.ReadSmallFile = channel.unary_unary(
+                '/opsbroker.v1.Broker/ReadSmallFile',
+                request_serializer=opsbroker_dot_v1_dot_broker__pb2.PathRequest.SerializeToString,
+                response_deserializer=opsbroker_dot_v1_dot_broker__pb2.SmallFile.FromString,
+                _registered_method=True)
         self.Access = channel.unary_unary(
                 '/opsbroker.v1.Broker/Access',
                 request_serializer=opsbroker_dot_v1_dot_broker__pb2.AccessRequest.SerializeToString,
@@ -119,6 +124,16 @@ class BrokerStub:
                 request_serializer=opsbroker_dot_v1_dot_broker__pb2.ExecInput.SerializeToString,
                 response_deserializer=opsbroker_dot_v1_dot_broker__pb2.ExecEvent.FromString,
                 _registered_method=True)
+        self.Run = channel.unary_stream(
+                '/opsbroker.v1.Broker/Run',
+                request_serializer=opsbroker_dot_v1_dot_broker__pb2.ExecRequest.SerializeToString,
+                response_deserializer=opsbroker_dot_v1_dot_broker__pb2.ExecEvent.FromString,
+                _registered_method=True)
+        self.AbortRun = channel.unary_unary(
+                '/opsbroker.v1.Broker/AbortRun',
+                request_serializer=opsbroker_dot_v1_dot_broker__pb2.AbortRunRequest.SerializeToString,
+                response_deserializer=opsbroker_dot_v1_dot_broker__pb2.Empty.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -133,6 +148,14 @@ class BrokerServicer:
 
     def ReadFile(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReadSmallFile(self, request, context):
+        """A file that fits in one chunk, in one reply (a stream costs a small read about half again
+        as much); a larger one is not read, and the client streams it with ReadFile.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -231,6 +254,24 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Run(self, request, context):
+        """Exec in one request, no client stream (a bidirectional call costs its client a message
+        and its server a read more). The server streams output events and ends with exactly one
+        exit event. To abort the command, call AbortRun with the request's `abort_id`: the call then
+        ends normally, with an exit event whose kill_reason is ABORTED.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AbortRun(self, request, context):
+        """Aborts this caller's Run whose request carries `abort_id`; a Run that has not arrived yet
+        starts aborted (it runs nothing). Answers at once; the Run call reports the kill.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -243,6 +284,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.ReadFile,
                     request_deserializer=opsbroker_dot_v1_dot_broker__pb2.PathRequest.FromString,
                     response_serializer=opsbroker_dot_v1_dot_broker__pb2.Chunk.SerializeToString,
+            ),
+            'ReadSmallFile': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReadSmallFile,
+                    request_deserializer=opsbroker_dot_v1_dot_broker__pb2.PathRequest.FromString,
+                    response_serializer=opsbroker_dot_v1_dot_broker__pb2.SmallFile.SerializeToString,
             ),
             'Access': grpc.unary_unary_rpc_method_handler(
                     servicer.Access,
@@ -319,6 +365,16 @@ def add_BrokerServicer_to_server(servicer, server):
                     request_deserializer=opsbroker_dot_v1_dot_broker__pb2.ExecInput.FromString,
                     response_serializer=opsbroker_dot_v1_dot_broker__pb2.ExecEvent.SerializeToString,
             ),
+            'Run': grpc.unary_stream_rpc_method_handler(
+                    servicer.Run,
+                    request_deserializer=opsbroker_dot_v1_dot_broker__pb2.ExecRequest.FromString,
+                    response_serializer=opsbroker_dot_v1_dot_broker__pb2.ExecEvent.SerializeToString,
+            ),
+            'AbortRun': grpc.unary_unary_rpc_method_handler(
+                    servicer.AbortRun,
+                    request_deserializer=opsbroker_dot_v1_dot_broker__pb2.AbortRunRequest.FromString,
+                    response_serializer=opsbroker_dot_v1_dot_broker__pb2.Empty.SerializeToString,
+            ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
             'opsbroker.v1.Broker', rpc_method_handlers)
@@ -374,6 +430,33 @@ class Broker:
             '/opsbroker.v1.Broker/ReadFile',
             opsbroker_dot_v1_dot_broker__pb2.PathRequest.SerializeToString,
             opsbroker_dot_v1_dot_broker__pb2.Chunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReadSmallFile(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/opsbroker.v1.Broker/ReadSmallFile',
+            opsbroker_dot_v1_dot_broker__pb2.PathRequest.SerializeToString,
+            opsbroker_dot_v1_dot_broker__pb2.SmallFile.FromString,
             options,
             channel_credentials,
             insecure,
@@ -779,6 +862,60 @@ class Broker:
             '/opsbroker.v1.Broker/Exec',
             opsbroker_dot_v1_dot_broker__pb2.ExecInput.SerializeToString,
             opsbroker_dot_v1_dot_broker__pb2.ExecEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Run(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/opsbroker.v1.Broker/Run',
+            opsbroker_dot_v1_dot_broker__pb2.ExecRequest.SerializeToString,
+            opsbroker_dot_v1_dot_broker__pb2.ExecEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AbortRun(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/opsbroker.v1.Broker/AbortRun',
+            opsbroker_dot_v1_dot_broker__pb2.AbortRunRequest.SerializeToString,
+            opsbroker_dot_v1_dot_broker__pb2.Empty.FromString,
             options,
             channel_credentials,
             insecure,

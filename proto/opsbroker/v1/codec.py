@@ -30,6 +30,7 @@ __all__ = [
     "LIST_BATCH_BYTES",
     "batches",
     "capabilities_to_wire",
+    "chunk_data_view",
     "chunks",
     "entry_from_wire",
     "entry_to_wire",
@@ -129,6 +130,29 @@ def chunks(data: bytes, size: int = CHUNK_BYTES) -> Iterator[bytes]:
     view = memoryview(data)
     for start in range(0, len(data), size):
         yield bytes(view[start : start + size])
+
+
+def chunk_data_view(raw: bytes) -> memoryview:
+    """The ``data`` of a serialized :class:`Chunk`, as a view into ``raw`` (no copy).
+
+    A response deserializer for streams of chunks: the client copies each piece once, into
+    whatever it assembles. A message that is not exactly field 1 (another encoder's layout,
+    unknown fields) is parsed in full instead.
+    """
+    view = memoryview(raw)
+    if len(raw) > 1 and raw[0] == 0x0A:  # field 1, length-delimited
+        length = shift = 0
+        for index in range(1, min(len(raw), 11)):
+            byte = raw[index]
+            length |= (byte & 0x7F) << shift
+            shift += 7
+            if not byte & 0x80:
+                if index + 1 + length == len(raw):
+                    return view[index + 1 :]
+                break
+    elif not raw:
+        return view  # an empty Chunk
+    return memoryview(pb.Chunk.FromString(raw).data)
 
 
 def entry_to_wire(entry: DirEntry) -> pb.DirEntry:
