@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import functools
 import math
 import os
 import random
@@ -20,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -520,42 +521,61 @@ def grpc_streaming() -> None:
 
 @benchmark
 def grpc_concurrent_exec() -> Result:
-    """16 clients running ``exec("true")`` at once against 16 concurrent local ``true``s."""
+    """16 clients running ``exec("true")`` at once against 16 concurrent local ``true``s.
 
-    async def run() -> tuple[float, float]:
+    ``exec`` runs its command through bash, as every backend must; the detail also gives 16
+    concurrent local ``bash -c true`` (the floor for any command run by a shell) and the core's
+    own ``exec`` at the same concurrency, so the transport's share can be read off.
+    """
+
+    async def run() -> tuple[float, float, float, float]:
         from agent_side import connect
 
         async with _GrpcBench() as b:
             clients = [
                 await connect(b.url, token="bench-token").open() for _ in range(GRPC_CLIENTS)
             ]  # type: ignore[attr-defined]
+            core: Any = b.server._backend
 
-            async def client_loop(ops: object) -> None:
+            async def client_loop(ops: Any) -> None:
                 for _ in range(GRPC_CONCURRENT_CALLS):
-                    await ops.exec("true", b.root, on_data=lambda _: None)  # type: ignore[attr-defined]
+                    await ops.exec("true", b.root, on_data=lambda _: None)
 
-            async def local_loop() -> None:
-                for _ in range(GRPC_CONCURRENT_CALLS):
-                    proc = await asyncio.create_subprocess_exec("true")
-                    await proc.wait()
+            def local_loop(*argv: str) -> Callable[[], Coroutine[Any, Any, None]]:
+                async def loop() -> None:
+                    for _ in range(GRPC_CONCURRENT_CALLS):
+                        proc = await asyncio.create_subprocess_exec(*argv)
+                        await proc.wait()
 
-            total = GRPC_CLIENTS * GRPC_CONCURRENT_CALLS
-            ours = local = 0.0
+                return loop
+
+            async def rate(loops: list[Callable[[], Coroutine[Any, Any, None]]]) -> float:
+                start = time.perf_counter()
+                await asyncio.gather(*(loop() for loop in loops))
+                return GRPC_CLIENTS * GRPC_CONCURRENT_CALLS / (time.perf_counter() - start)
+
+            ours = local = shell = alone = 0.0
             try:
                 for _ in range(3):
-                    start = time.perf_counter()
-                    await asyncio.gather(*(local_loop() for _ in range(GRPC_CLIENTS)))
-                    local = max(local, total / (time.perf_counter() - start))
-                    start = time.perf_counter()
-                    await asyncio.gather(*(client_loop(ops) for ops in clients))
-                    ours = max(ours, total / (time.perf_counter() - start))
+                    local = max(local, await rate([local_loop("true")] * GRPC_CLIENTS))
+                    shell = max(
+                        shell, await rate([local_loop("bash", "-c", "true")] * GRPC_CLIENTS)
+                    )
+                    alone = max(alone, await rate([lambda: client_loop(core)] * GRPC_CLIENTS))
+                    ours = max(
+                        ours, await rate([functools.partial(client_loop, c) for c in clients])
+                    )
             finally:
                 for ops in clients:
                     await ops.aclose()
-            return ours, local
+            return ours, local, shell, alone
 
-    ours, local = asyncio.run(run())
-    detail = f"{ours:.0f} exec/s over gRPC, {local:.0f}/s local create_subprocess_exec"
+    ours, local, shell, alone = asyncio.run(run())
+    detail = (
+        f"{ours:.0f} exec/s over gRPC, {local:.0f}/s local create_subprocess_exec('true'); "
+        f"{shell:.0f}/s local 'bash -c true' (gRPC reaches {ours / shell:.0%} of it), "
+        f"{alone:.0f}/s the core's own exec ({ours / alone:.0%})"
+    )
     return local / ours, 1 / 0.8, detail
 
 

@@ -17,6 +17,7 @@ command at shutdown.
 from __future__ import annotations
 
 import asyncio
+import collections
 import math
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping
 from typing import Any, TypeVar
@@ -28,7 +29,6 @@ from opsbroker.v1 import broker_pb2_grpc as pb_grpc
 from opsbroker.v1.codec import (
     CHUNK_BYTES,
     LIST_BATCH_BYTES,
-    chunks,
     kill_reason_to_wire,
     kind_to_wire,
     stat_to_wire,
@@ -58,7 +58,8 @@ __all__ = [
 ]
 
 MAX_GUARDS = 1024  # cached (principal, peer) policy guards; cleared when full
-OUTPUT_QUEUE = 2  # output events a command may queue ahead of the one being written
+OUTPUT_EVENT_BYTES = 4 * CHUNK_BYTES  # output merged into one event, at most (well under 4 MiB)
+OUTPUT_BUFFER = 4 * CHUNK_BYTES  # output a command may have pending before its producer waits
 MAX_EARLY_ABORTS = 1024  # AbortRun calls remembered for a Run not seen yet; the oldest go first
 STREAM_IDLE_TIMEOUT = 60.0  # seconds a client stream may stall between messages before we give up
 
@@ -492,46 +493,80 @@ def _retrieve(future: asyncio.Future[Any]) -> None:
 
 
 class _Output:
-    """The ``on_data`` of a command: its output events, written in order by one writer task.
+    """The ``on_data`` of a command: its output, written in order by one writer task.
 
     The writer, not the command's producer, does the writes: when the backend cancels its
     producer (a kill), a write is never cut halfway (that would make the next write, the exit
-    event, fail). The producer waits only while :data:`OUTPUT_QUEUE` events are queued
-    (backpressure); a failed write is raised by the next call or by :meth:`drain`.
+    event, fail). Output that arrives while a write is in flight is merged into the next event,
+    up to a chunk, so a command writing in small pieces costs few events. The producer waits
+    while :data:`OUTPUT_BUFFER` bytes are pending (backpressure); a failed write is raised by
+    the next call or by :meth:`drain`.
     """
 
-    __slots__ = ("_context", "_queue", "_writer")
+    __slots__ = ("_closed", "_context", "_more", "_pending", "_room", "_size", "_writer")
 
     def __init__(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
         self._context = context
-        self._queue: asyncio.Queue[pb.ExecEvent | None] | None = None
+        self._pending: collections.deque[bytes] = collections.deque()
+        self._size = 0
+        self._more = asyncio.Event()  # output (or the end) waits for the writer
+        self._room = asyncio.Event()  # the pending output went below its bound
+        self._closed = False
         self._writer: asyncio.Task[None] | None = None
 
     async def __call__(self, data: bytes) -> None:
         if not data:
             return
-        if self._queue is None:
-            self._queue = asyncio.Queue(OUTPUT_QUEUE)
-            self._writer = asyncio.ensure_future(self._write_all(self._queue))
+        if self._writer is None:
+            self._writer = asyncio.ensure_future(self._write_all())
             self._writer.add_done_callback(_retrieve)
-        writer = self._writer
-        assert writer is not None
-        for piece in chunks(data):
-            if writer.done():
-                writer.result()  # raise what failed it
-            await self._queue.put(pb.ExecEvent(output=piece))
+        self._pending.append(data)
+        self._size += len(data)
+        self._more.set()
+        while self._size >= OUTPUT_BUFFER:
+            if self._writer.done():
+                self._writer.result()  # raise what failed it
+            self._room.clear()
+            await self._room.wait()
+        if self._writer.done():
+            self._writer.result()
 
-    async def _write_all(self, queue: asyncio.Queue[pb.ExecEvent | None]) -> None:
-        while (event := await queue.get()) is not None:
-            await self._context.write(event)
+    async def _write_all(self) -> None:
+        try:
+            while True:
+                await self._more.wait()
+                self._more.clear()
+                while self._pending:
+                    event = pb.ExecEvent(output=self._take(OUTPUT_EVENT_BYTES))
+                    self._room.set()
+                    await self._context.write(event)
+                if self._closed:
+                    return
+        finally:
+            self._room.set()  # a producer waiting for room sees the failure instead
+
+    def _take(self, limit: int) -> bytes:
+        """Up to ``limit`` pending bytes, in order, as one piece."""
+        pieces = []
+        taken = 0
+        pending = self._pending
+        while pending and taken < limit:
+            piece = pending.popleft()
+            if taken + len(piece) > limit:
+                pending.appendleft(piece[limit - taken :])
+                piece = piece[: limit - taken]
+            pieces.append(piece)
+            taken += len(piece)
+        self._size -= taken
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
     async def drain(self) -> None:
-        """Wait until every output event is written; raise what failed one."""
-        if self._queue is None or self._writer is None:
+        """Wait until all output is written; raise what failed a write."""
+        if self._writer is None:
             return
-        if not self._writer.done():
-            await self._queue.put(None)
-            await asyncio.shield(self._writer)
+        self._closed = True
+        self._more.set()
+        await asyncio.shield(self._writer)
         self._writer.result()
 
 

@@ -1,0 +1,68 @@
+"""Command output over gRPC: merged into few events, in order, bounded, failures surfaced."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from broker._frontends.grpc import OUTPUT_BUFFER, OUTPUT_EVENT_BYTES, _Output
+
+pytestmark = pytest.mark.anyio
+
+
+class SlowContext:
+    """A call context whose writes take a while, as a busy client's do."""
+
+    def __init__(self, fail_after: int | None = None) -> None:
+        self.events: list[bytes] = []
+        self.fail_after = fail_after
+
+    async def write(self, event: Any) -> None:
+        if self.fail_after is not None and len(self.events) >= self.fail_after:
+            raise ConnectionError("client went away")
+        await asyncio.sleep(0.002)
+        self.events.append(event.output)
+
+
+async def test_small_pieces_are_merged_in_order_and_bounded() -> None:
+    context = SlowContext()
+    output = _Output(context)  # type: ignore[arg-type]
+    pieces = [bytes([i % 251]) * (4096 + i) for i in range(600)]  # about 4 MiB in small pieces
+    peak = 0
+    for piece in pieces:
+        await output(piece)
+        peak = max(peak, output._size)
+    await output.drain()
+    assert b"".join(context.events) == b"".join(pieces)
+    assert len(context.events) < len(pieces) / 10  # merged while writes were in flight
+    assert max(map(len, context.events)) <= OUTPUT_EVENT_BYTES
+    assert peak < OUTPUT_BUFFER + max(map(len, pieces))  # the producer waited: backpressure
+
+
+async def test_a_large_piece_is_split_into_events() -> None:
+    context = SlowContext()
+    output = _Output(context)  # type: ignore[arg-type]
+    data = bytes(range(256)) * (3 * OUTPUT_EVENT_BYTES // 256 + 7)
+    await output(data)
+    await output.drain()
+    assert b"".join(context.events) == data
+    assert max(map(len, context.events)) <= OUTPUT_EVENT_BYTES
+
+
+async def test_a_failed_write_reaches_the_producer() -> None:
+    output = _Output(SlowContext(fail_after=1))  # type: ignore[arg-type]
+    with pytest.raises(ConnectionError):
+        for _ in range(1000):
+            await output(b"x" * 65536)
+    with pytest.raises(ConnectionError):
+        await output.drain()
+
+
+async def test_no_output_no_writer() -> None:
+    context = SlowContext()
+    output = _Output(context)  # type: ignore[arg-type]
+    await output(b"")
+    await output.drain()
+    assert context.events == []
