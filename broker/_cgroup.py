@@ -103,19 +103,27 @@ def _remove(path: str) -> None:
             time.sleep(0.005)
 
 
+def _pid_namespace() -> int:
+    """This process's pid namespace (its inode), or 0 where ``/proc`` does not say."""
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return 0
+
+
 def _owner() -> str:
     """``<pid namespace>-<pid>-<start time>``: names this process, never another one."""
     st = read_stat(os.getpid())
-    return f"{os.stat('/proc/self/ns/pid').st_ino}-{os.getpid()}-{st.starttime if st else 0}"
+    return f"{_pid_namespace()}-{os.getpid()}-{st.starttime if st else 0}"
 
 
-def _orphaned(name: str) -> bool:
-    """Whether ``name`` is the group of a manager whose process is gone (in our pid namespace)."""
+def _orphaned(name: str, namespace: int) -> bool:
+    """Whether ``name`` is the group of a manager whose process is gone (in ``namespace``)."""
     m = _OWNED.match(name)
-    if m is None:
+    if m is None or not namespace:
         return False
     ns, pid, start = map(int, m.groups())
-    if ns != os.stat("/proc/self/ns/pid").st_ino:
+    if ns != namespace:
         return False  # another namespace's pids mean nothing here
     st = read_stat(pid)
     return st is None or st.starttime != start
@@ -144,8 +152,9 @@ def _purge_orphans(base: str, *, kill: bool) -> None:
         names = [n for n in os.listdir(base) if n.startswith("opsbroker-")]
     except OSError:
         return
+    namespace = _pid_namespace()
     for name in names:
-        if _orphaned(name):
+        if _orphaned(name, namespace):
             log.info("cgroup: removing %s, left by a broker that is gone", name)
             _purge(os.path.join(base, name), kill=kill)
 
