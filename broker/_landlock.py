@@ -252,7 +252,8 @@ class Ruleset:
     The broker does the work (opening the allowed paths, adding rules); entering it takes only
     two system calls, ``prctl(PR_SET_NO_NEW_PRIVS)`` and ``landlock_restrict_self``: the process
     manager's native spawner makes them in the child (:meth:`entry`), and :meth:`preexec` makes
-    them from Python for a ``preexec_fn``. Each entry makes a new Landlock domain, so one object
+    them from Python for a ``preexec_fn`` (only in a process without other threads: Python in a
+    forked child of a threaded process can deadlock). Each entry makes a new Landlock domain, so one object
     serves any number of commands, each in a domain of its own.
 
     Args:
@@ -347,7 +348,7 @@ class Sandbox(Ruleset):
     under ``read``; signals and abstract sockets scoped (ABI >= 6)::
 
         sandbox = Sandbox(root, tmpdir)
-        subprocess.run(argv, preexec_fn=sandbox.preexec, env={**env, **sandbox.env()})
+        manager = ProcessManager(sandbox=sandbox)  # each command enters it between fork and exec
 
     Raises:
         SandboxUnavailable: the kernel has no Landlock.
