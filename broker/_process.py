@@ -221,7 +221,7 @@ def _executables(program: str, env: Mapping[str, str]) -> list[bytes]:
 
 def _spawn_error(e: BaseException, argv: Sequence[str], cwd: str) -> BaseException:
     """The error for a command that could not start, named by the step that failed."""
-    if isinstance(e, OpsError | asyncio.CancelledError) or not isinstance(e, OSError | ValueError):
+    if isinstance(e, OpsError) or not isinstance(e, OSError | ValueError):
         return e
     if isinstance(e, ValueError):
         return InvalidArgument("exec", argv[0], str(e))

@@ -40,15 +40,14 @@ from operations import (
     write_chunks,
 )
 
+from ._runs import Runs
+
 __all__ = ["DEFAULT_MAX_UPLOAD_BYTES", "METHODS", "Call", "Service"]
 
 M = TypeVar("M", bound=ProtoMessage)
 
 SHUTDOWN: Final = object()
 """The abort reason of commands killed because the broker stops (reported as ``SHUTDOWN``)."""
-
-MAX_EARLY_ABORTS: Final = 1024
-"""AbortRun calls remembered for a Run not seen yet (per connection); the oldest go first."""
 
 DEFAULT_MAX_UPLOAD_BYTES: Final = 1024 * 1024 * 1024
 """Most bytes one WriteFile may stream in (the core streams to a temp file, but a backend without
@@ -95,8 +94,7 @@ class Service:
         self.backend = backend
         self.max_upload_bytes = max_upload_bytes
         self._running: set[AbortController] = set()
-        self._abortable: dict[str, AbortController] = {}  # Run calls by abort_id
-        self._early_aborts: dict[str, None] = {}  # AbortRun before its Run, in arrival order
+        self._runs: Runs[str] = Runs()  # Run calls by abort_id (one connection, one principal)
 
     def kill_running(self) -> int:
         """Abort every running command (the broker stops); their callers see ``SHUTDOWN``."""
@@ -254,28 +252,14 @@ class Service:
         if not key:
             await self._run(req, call, controller)
             return
-        if key in self._abortable:
-            raise InvalidArgument("exec", req.cwd, "`abort_id` names a command still running")
-        if key in self._early_aborts:
-            del self._early_aborts[key]
-            controller.abort("client")  # its AbortRun came first: it starts aborted
-        self._abortable[key] = controller
-        try:
+        with self._runs.running(key, controller, req.cwd):
             await self._run(req, call, controller)
-        finally:
-            del self._abortable[key]
 
     async def AbortRun(self, request: bytes, call: Call) -> None:
         key = parse(pb.AbortRunRequest, request, "abort_exec").abort_id
         if not key:
             raise InvalidArgument("abort_exec", None, "`abort_id` must not be empty")
-        controller = self._abortable.get(key)
-        if controller is not None:
-            controller.abort("client")
-        else:
-            if len(self._early_aborts) >= MAX_EARLY_ABORTS:
-                del self._early_aborts[next(iter(self._early_aborts))]
-            self._early_aborts[key] = None
+        self._runs.abort(key)
         await call.send(pb.Empty())
 
     async def _run(self, req: pb.ExecRequest, call: Call, controller: AbortController) -> None:

@@ -49,6 +49,7 @@ from operations import (
 from .._guard import Enforcement
 from ._grpcauth import AuthenticatedServer, Authenticator
 from ._grpcwire import SERVICE_NAME, CallScope, Undecodable, current_principal
+from ._runs import Runs
 
 __all__ = [
     "SERVICE_NAME",
@@ -60,7 +61,6 @@ __all__ = [
 MAX_GUARDS = 1024  # cached (principal, peer) policy guards; cleared when full
 OUTPUT_EVENT_BYTES = 4 * CHUNK_BYTES  # output merged into one event, at most (well under 4 MiB)
 OUTPUT_BUFFER = 4 * CHUNK_BYTES  # output a command may have pending before its producer waits
-MAX_EARLY_ABORTS = 1024  # AbortRun calls remembered for a Run not seen yet; the oldest go first
 STREAM_IDLE_TIMEOUT = 60.0  # seconds a client stream may stall between messages before we give up
 
 
@@ -149,8 +149,7 @@ class BrokerServicer(pb_grpc.BrokerServicer):
         self._enforcement = enforcement
         self._guards: dict[tuple[str, str], Backend] = {}
         self._running: set[AbortController] = set()
-        self._abortable: dict[tuple[str, str], AbortController] = {}  # (principal, abort_id)
-        self._early_aborts: dict[tuple[str, str], None] = {}  # in arrival order
+        self._runs: Runs[tuple[str | None, str]] = Runs()  # by (principal, abort_id)
         self._cleanups: set[asyncio.Future[None]] = set()
 
     def _ops(self, context: grpc.aio.ServicerContext[Any, Any]) -> Backend:
@@ -421,18 +420,8 @@ class BrokerServicer(pb_grpc.BrokerServicer):
                 await self._run(request, context, controller)
                 return
             key = (current_principal.get(), request.abort_id)
-            if key in self._abortable:
-                raise InvalidArgument(
-                    "exec", request.cwd, "`abort_id` names a command still running; pick a new one"
-                )
-            if key in self._early_aborts:
-                del self._early_aborts[key]
-                controller.abort("client")  # its AbortRun came first: it starts aborted
-            self._abortable[key] = controller
-            try:
+            with self._runs.running(key, controller, request.cwd):
                 await self._run(request, context, controller)
-            finally:
-                del self._abortable[key]
 
     async def AbortRun(
         self, request: pb.AbortRunRequest, context: grpc.aio.ServicerContext[Any, Any]
@@ -440,14 +429,7 @@ class BrokerServicer(pb_grpc.BrokerServicer):
         async with CallScope(context, "abort_exec", None):
             if not request.abort_id:
                 raise InvalidArgument("abort_exec", None, "`abort_id` must not be empty")
-            key = (current_principal.get(), request.abort_id)
-            controller = self._abortable.get(key)
-            if controller is not None:
-                controller.abort("client")
-            else:  # the Run is not here yet (or is over): remembered, within a bound
-                if len(self._early_aborts) >= MAX_EARLY_ABORTS:
-                    del self._early_aborts[next(iter(self._early_aborts))]
-                self._early_aborts[key] = None
+            self._runs.abort((current_principal.get(), request.abort_id))
             return pb.Empty()
 
     async def _run(
