@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
@@ -85,27 +84,30 @@ def swap_file_and_link(path: Path, link_target: str) -> Callable[[], None]:
 
 
 def swap_dir_and_link(path: Path, link_target: str) -> Callable[[], None]:
-    """Alternately put a real directory and a symlink to ``link_target`` at ``path``."""
-    saved = path.with_name(path.name + ".saved")
+    """Alternately put a real directory and a symlink to ``link_target`` at ``path``.
 
-    def clear() -> None:  # whatever the broker created at `path` meanwhile (mkdir does)
-        if path.is_symlink() or path.is_file():
-            path.unlink()
-        elif path.is_dir():
-            shutil.rmtree(path)
+    To restore the directory, whatever sits at ``path`` (the link, or what the broker created
+    there meanwhile, as mkdir does) is renamed aside, outside the root, and the saved directory
+    renamed back: one rename each, so a busy broker cannot keep the attacker out.
+    """
+    saved = path.with_name(path.name + ".saved")
+    trash = path.parent.parent / "TRASH"
+    trash.mkdir(exist_ok=True)
+    moved = [0]
 
     def flip() -> None:
         os.rename(path, saved)
         with contextlib.suppress(FileExistsError):
             os.symlink(link_target, path)
-        for _ in range(100):
-            with contextlib.suppress(OSError):  # the broker may be creating inside it right now
-                clear()
+        for _ in range(10_000):
+            moved[0] += 1
+            with contextlib.suppress(FileNotFoundError):
+                os.rename(path, trash / str(moved[0]))
             try:
                 os.rename(saved, path)
-                return
-            except OSError:
+            except OSError:  # the broker made `path` again between the two renames
                 continue
+            return
         raise AssertionError("could not restore the directory")
 
     return flip
