@@ -21,6 +21,13 @@ class ServeProcess:
     process: asyncio.subprocess.Process
     address: str
     lines: list[str]
+    stopping: bool = False
+
+    def stop(self) -> None:
+        """SIGTERM the broker (once: a second SIGTERM while it cleans up would kill it)."""
+        if not self.stopping:
+            self.stopping = True
+            self.process.send_signal(signal.SIGTERM)
 
 
 @asynccontextmanager
@@ -47,6 +54,7 @@ async def serve_process(root: Path, token_file: Path, *extra: str) -> AsyncItera
     assert process.stdout is not None
     lines: list[str] = []
     address = None
+    served = ServeProcess(process, "", lines)
     try:
         async with asyncio.timeout(START_TIMEOUT_S):
             while address is None:
@@ -63,10 +71,11 @@ async def serve_process(root: Path, token_file: Path, *extra: str) -> AsyncItera
                 lines.append(raw.decode().rstrip("\n"))
                 if not raw or lines[-1].startswith("opsbroker: token file"):
                     break
-        yield ServeProcess(process, address, lines)
+        served.address = address
+        yield served
     finally:
         if process.returncode is None:
-            process.send_signal(signal.SIGTERM)
+            served.stop()
             try:
                 async with asyncio.timeout(STOP_TIMEOUT_S):
                     rest = await process.stdout.read()

@@ -47,7 +47,7 @@ async def test_serve_process_serves_and_stops_cleanly(tmp_path: Path) -> None:
                 if len(survivors(marker)) >= 2:
                     break
                 await asyncio.sleep(0.01)
-            served.process.send_signal(15)  # SIGTERM while a command runs
+            served.stop()  # SIGTERM while a command runs
             assert await running == ExecResult(None, KillReason.SHUTDOWN)
     assert served.process.returncode == 0
     assert served.lines[-1] == "opsbroker: stopped"
