@@ -68,7 +68,8 @@ struct clone3_args {
         set_tid_size, cgroup;
 };
 
-/* clone3 support, learnt at the first call: untried, works, or refused (then vfork for good). */
+/* clone3 support, learnt at the first call: untried, works, or refused (then vfork for good);
+   the order matches the names of clone3_status(). */
 enum { CLONE3_UNTRIED, CLONE3_WORKS, CLONE3_REFUSED, CLONE3_DISABLED };
 static int clone3_state = HAVE_CLONE3_TRAMPOLINE ? CLONE3_UNTRIED : CLONE3_REFUSED;
 
@@ -443,15 +444,16 @@ done:
     return result;
 }
 
-PyDoc_STRVAR(clone3_enabled_doc,
-"clone3_enabled() -> bool\n\n"
-"Whether spawn creates children given a cgroup_dir_fd with clone3(CLONE_INTO_CGROUP): false on\n"
-"arches without the trampoline, once the kernel refused it, or when disabled.");
+PyDoc_STRVAR(clone3_status_doc,
+"clone3_status() -> str\n\n"
+"How spawn creates children given a cgroup_dir_fd: 'untried' (clone3 at the next one), 'works'\n"
+"(clone3), 'refused' (vfork: the kernel refused clone3, or no trampoline for this arch) or\n"
+"'disabled' (vfork, by set_clone3_enabled).");
 
-static PyObject *clone3_enabled(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(args))
+static PyObject *clone3_status(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(args))
 {
-    int state = __atomic_load_n(&clone3_state, __ATOMIC_RELAXED);
-    return PyBool_FromLong(state == CLONE3_UNTRIED || state == CLONE3_WORKS);
+    static const char *const names[] = {"untried", "works", "refused", "disabled"};
+    return PyUnicode_FromString(names[__atomic_load_n(&clone3_state, __ATOMIC_RELAXED)]);
 }
 
 PyDoc_STRVAR(set_clone3_enabled_doc,
@@ -472,7 +474,7 @@ static PyObject *set_clone3_enabled(PyObject *Py_UNUSED(module), PyObject *arg)
 
 static PyMethodDef methods[] = {
     {"spawn", (PyCFunction)(void (*)(void))spawn, METH_VARARGS | METH_KEYWORDS, spawn_doc},
-    {"clone3_enabled", clone3_enabled, METH_NOARGS, clone3_enabled_doc},
+    {"clone3_status", clone3_status, METH_NOARGS, clone3_status_doc},
     {"set_clone3_enabled", set_clone3_enabled, METH_O, set_clone3_enabled_doc},
     {NULL, NULL, 0, NULL},
 };

@@ -1,4 +1,5 @@
 from collections.abc import Sequence
+from typing import Literal
 
 def spawn(
     executables: Sequence[bytes],
@@ -27,9 +28,10 @@ def spawn(
             could be created at all.
     """
 
-def clone3_enabled() -> bool:
-    """Whether :func:`spawn` uses clone3 for a ``cgroup_dir_fd``: false on arches without the
-    trampoline (only x86_64 has one), once the kernel refused it, or when disabled."""
+def clone3_status() -> Literal["untried", "works", "refused", "disabled"]:
+    """How :func:`spawn` creates children given a ``cgroup_dir_fd``: ``untried`` (clone3 at the
+    next one), ``works`` (clone3), ``refused`` (vfork: the kernel refused clone3, or this arch has
+    no trampoline; only x86_64 has one) or ``disabled`` (vfork, by :func:`set_clone3_enabled`)."""
 
 def set_clone3_enabled(enabled: bool) -> None:
     """Use (or stop using) clone3; enabling tries the kernel again. For tests and diagnosis."""
