@@ -212,29 +212,70 @@ static int clone3_unsupported(long err)
     return err == -ENOSYS || err == -E2BIG || err == -EINVAL || err == -EOPNOTSUPP;
 }
 
-/* Run child(a) in a process created in the cgroup `cgroup_dir_fd`; return its pid, or -errno. */
-static long spawn_clone3(struct spawn_args *a, int cgroup_dir_fd)
+/* One child stack kept for the life of the module and lent to one spawn at a time: unmapping
+   a stack after each child means a TLB shootdown (an IPI to the CPU it ran on, costly in a VM). */
+static char *cached_stack;
+static int cached_stack_busy;
+
+/* A child stack (lowest usable address) of CHILD_STACK_SIZE above a guard page, or NULL. */
+static char *take_stack(void)
 {
+    if (!__atomic_exchange_n(&cached_stack_busy, 1, __ATOMIC_ACQUIRE)) {
+        char *cached = __atomic_load_n(&cached_stack, __ATOMIC_RELAXED);
+        if (cached != NULL)
+            return cached;
+        __atomic_store_n(&cached_stack_busy, 0, __ATOMIC_RELEASE);
+    }
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     char *map = mmap(NULL, CHILD_STACK_SIZE + page, PROT_READ | PROT_WRITE,
                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK | MAP_NORESERVE, -1, 0);
     if (map == MAP_FAILED)
-        return -errno;
+        return NULL;
     if (mprotect(map, page, PROT_NONE) != 0) { /* the guard page: overflow faults, never writes */
-        long err = -errno;
+        int saved = errno;
         munmap(map, CHILD_STACK_SIZE + page);
-        return err;
+        errno = saved;
+        return NULL;
     }
+    return map + page;
+}
+
+/* Give back a stack from take_stack(): the first becomes the cached one, others are unmapped
+   (only spawns running at once, from several threads, need more than one). */
+static void give_stack(char *stack)
+{
+    if (stack == __atomic_load_n(&cached_stack, __ATOMIC_RELAXED)) { /* set once, never changed */
+        __atomic_store_n(&cached_stack_busy, 0, __ATOMIC_RELEASE);
+        return;
+    }
+    if (!__atomic_exchange_n(&cached_stack_busy, 1, __ATOMIC_ACQUIRE)) {
+        if (__atomic_load_n(&cached_stack, __ATOMIC_RELAXED) == NULL) {
+            __atomic_store_n(&cached_stack, stack, __ATOMIC_RELAXED);
+            __atomic_store_n(&cached_stack_busy, 0, __ATOMIC_RELEASE);
+            return;
+        }
+        __atomic_store_n(&cached_stack_busy, 0, __ATOMIC_RELEASE);
+    }
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    munmap(stack - page, CHILD_STACK_SIZE + page);
+}
+
+/* Run child(a) in a process created in the cgroup `cgroup_dir_fd`; return its pid, or -errno. */
+static long spawn_clone3(struct spawn_args *a, int cgroup_dir_fd)
+{
+    char *stack = take_stack();
+    if (stack == NULL)
+        return -errno;
     struct clone3_args ca;
     memset(&ca, 0, sizeof ca);
     ca.flags = CLONE_VM | CLONE_VFORK | CLONE_INTO_CGROUP;
     ca.exit_signal = SIGCHLD;
-    ca.stack = (uint64_t)(uintptr_t)(map + page);
+    ca.stack = (uint64_t)(uintptr_t)stack;
     ca.stack_size = CHILD_STACK_SIZE;
     ca.cgroup = (uint64_t)cgroup_dir_fd;
     /* CLONE_VFORK: back here only once the child has exec'd or exited, done with the stack. */
     long pid = clone3_run(&ca, sizeof ca, clone3_child, a);
-    munmap(map, CHILD_STACK_SIZE + page);
+    give_stack(stack);
     return pid;
 }
 #endif

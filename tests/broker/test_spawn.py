@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import platform
 import signal
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,6 +30,9 @@ pytestmark = pytest.mark.anyio
 
 SPAWN_LOOPS = 2000
 """Starts in the leak test: a leaked child stack (68 KiB) or fd per start would show plainly."""
+
+THREADS, THREAD_STARTS = 4, 50
+"""Starts racing from several threads: enough to overlap, a second or so."""
 
 VMSIZE_SLACK_KB = 2048
 """Allocator noise allowed in the broker's VmSize; 2000 leaked stacks would be some 136 MB."""
@@ -323,3 +327,42 @@ def test_many_starts_leak_no_stack_fd_or_child(
     assert after[0] - before[0] < VMSIZE_SLACK_KB, f"VmSize kB: {before[0]} -> {after[0]}"
     assert _spawn.clone3_status() == _expected_status(spawn_path)
     assert _zombie_children() <= zombies
+
+
+def test_starts_from_several_threads_at_once(
+    spawn_path: str, command_cgroup: CommandCgroup
+) -> None:
+    """The extension releases the GIL: concurrent starts each get a child stack of their own."""
+    group_fd = os.open(command_cgroup.path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    outputs: list[bytes] = []
+    errors: list[BaseException] = []
+
+    def starts(count: int) -> None:
+        try:
+            for _ in range(count):
+                status, out = _start(group_fd, [b"/bin/sh", b"-c", b"cat /proc/self/cgroup"])
+                assert status == 0
+                outputs.append(out)
+        except BaseException as e:
+            errors.append(e)
+
+    def race(count: int) -> None:
+        threads = [threading.Thread(target=starts, args=(count,)) for _ in range(THREADS)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+
+    try:
+        race(5)  # thread stacks and malloc arenas are mapped once, and kept
+        before = _vmsize_kb_and_fds()
+        race(THREAD_STARTS)
+        after = _vmsize_kb_and_fds()
+    finally:
+        os.close(group_fd)
+    assert not errors, errors
+    assert len(outputs) == THREADS * (5 + THREAD_STARTS)
+    assert all(f"0::{command_cgroup.rel}\n".encode() in out for out in outputs)
+    assert after[1] == before[1], f"fds: {before[1]} -> {after[1]}"
+    assert after[0] - before[0] < VMSIZE_SLACK_KB, f"VmSize kB: {before[0]} -> {after[0]}"
+    assert _spawn.clone3_status() == _expected_status(spawn_path)
