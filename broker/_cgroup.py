@@ -5,8 +5,9 @@ in the cgroup v2 tree it runs in (``/sys/fs/cgroup`` or the hybrid ``/sys/fs/cgr
 one ``cmd-<n>`` child per command. The name says which process owns the group: a new manager
 kills what still runs in the groups of owners that are gone (a broker killed with SIGKILL leaves
 its commands and groups behind) and removes those groups, and a manager never closed removes its
-own when the interpreter exits. The child process writes itself into the command's ``cgroup.procs`` between fork and
-exec (:mod:`broker._spawn`), so it cannot fork before it is tracked. ``cgroup.kill`` (Linux 5.14)
+own when the interpreter exits. The command's process is created inside its group (clone3 with
+CLONE_INTO_CGROUP) or writes itself into ``cgroup.procs`` between fork and exec
+(:mod:`broker._spawn`), so it cannot fork before it is tracked. ``cgroup.kill`` (Linux 5.14)
 SIGKILLs every member at once, fork races included; ``cgroup.events`` says ``populated 0`` when
 the tree is empty.
 

@@ -467,9 +467,11 @@ class ProcessManager:
     ) -> _Run:
         """Start the command, tracked (cgroup) and scoped before any of its own code runs.
 
-        :mod:`broker._spawn` vforks and, in the child, enters the command's cgroups, a new
-        session and its own Landlock domain, then execs: nothing runs untracked or unscoped, and
-        nothing of the broker enters the domain. The files it needs are opened here first.
+        :mod:`broker._spawn` creates the child inside the command's cgroup v2 group (clone3
+        with CLONE_INTO_CGROUP, else vfork and a write to ``cgroup.procs``) and, in the child,
+        enters the v1 limit groups, a new session and its own Landlock domain, then execs: nothing
+        runs untracked or unscoped, and nothing of the broker enters the domain. The files it
+        needs are opened here first.
         """
         if _native is None:
             raise Unavailable("exec", None, NATIVE_MISSING)
@@ -488,12 +490,16 @@ class ProcessManager:
             if cwd_fd is None:
                 cwd_fd = os.open(cwd, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
                 opened.append(cwd_fd)
-            procs = []
+            procs, group_fd = [], -1
             if self._cgroups is not None:
                 cgroup = self._cgroups.new_command(
                     pids_max=self._pids_max, memory_max=self._memory_max
                 )
-                for group in (cgroup.path, *cgroup.limit_paths):
+                # The v2 group as a directory: the child is created in it (clone3 takes O_PATH);
+                # v1 limit groups are joined by a write to their cgroup.procs in the child.
+                group_fd = os.open(cgroup.path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+                opened.append(group_fd)
+                for group in cgroup.limit_paths:
                     procs.append(
                         os.open(os.path.join(group, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC)
                     )
@@ -506,6 +512,7 @@ class ProcessManager:
                 stdout_fd=write_fd,
                 cwd_fd=cwd_fd,
                 cgroup_fds=procs,
+                cgroup_dir_fd=group_fd,
                 ruleset_fd=ruleset_fd,
                 no_new_privs=no_new_privs,
             )

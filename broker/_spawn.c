@@ -7,6 +7,12 @@
  * opened every file beforehand, so nothing in the child resolves a path but execve. A failed step
  * is reported through a close-on-exec pipe and the child exits; the parent reaps it and raises.
  *
+ * Given a cgroup v2 directory fd, the child is instead created inside that group with
+ * clone3(CLONE_VM | CLONE_VFORK | CLONE_INTO_CGROUP) on a stack of its own: the kernel places it
+ * at fork, which spares the write to cgroup.procs (the threadgroup rwsem taken for writing, some
+ * 200-250 us during which vfork keeps the broker's event loop suspended). Where the arch has no
+ * trampoline below or the kernel refuses the flags, it falls back to vfork + write, once for all.
+ *
  * This replaces "sh -c 'echo 0 > cgroup.procs && exec ...'" (an extra exec per command) and the
  * short-lived thread that entered the Landlock domain before spawning. See broker/_process.py.
  */
@@ -19,6 +25,8 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <string.h>
+#include <stdint.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -35,7 +43,35 @@
 #define CLOSE_RANGE_CLOEXEC (1U << 2)
 #endif
 
+#ifndef SYS_clone3
+#define SYS_clone3 435
+#endif
+#ifndef CLONE_INTO_CGROUP
+#define CLONE_INTO_CGROUP 0x200000000ULL
+#endif
+
 #define MAX_CGROUPS 8
+
+/* The child's own stack for clone3 (CLONE_VM shares the broker's memory, and the parent's stack
+   frame is still live): room for the signal loop and glibc's wrappers, with a guard page below. */
+#define CHILD_STACK_SIZE (64 * 1024)
+
+#if defined(__x86_64__)
+#define HAVE_CLONE3_TRAMPOLINE 1
+#else
+#define HAVE_CLONE3_TRAMPOLINE 0
+#endif
+
+/* clone3's argument, as of Linux 5.7 (CLONE_INTO_CGROUP); defined here so that older headers do. */
+struct clone3_args {
+    uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid,
+        set_tid_size, cgroup;
+};
+
+/* clone3 support, learnt at the first call: untried, works, or refused (then vfork for good);
+   the order matches the names of clone3_status(). */
+enum { CLONE3_UNTRIED, CLONE3_WORKS, CLONE3_REFUSED, CLONE3_DISABLED };
+static int clone3_state = HAVE_CLONE3_TRAMPOLINE ? CLONE3_UNTRIED : CLONE3_REFUSED;
 
 enum step { STEP_SIGNALS = 1, STEP_CGROUP, STEP_SESSION, STEP_FDS, STEP_CWD, STEP_NNP,
             STEP_LANDLOCK, STEP_EXEC };
@@ -49,10 +85,11 @@ struct spawn_args {
     char *const *argv;
     char *const *envp;
     int cwd_fd, stdin_fd, stdout_fd, stderr_fd;
-    int cgroup_fds[MAX_CGROUPS];
+    int cgroup_fds[MAX_CGROUPS + 1]; /* + the v2 group's cgroup.procs on the vfork path */
     int n_cgroups;
     int ruleset_fd, no_new_privs;
     sigset_t mask; /* the caller's signal mask, restored just before execve */
+    int errfd;     /* the error pipe's write end */
 };
 
 struct report {
@@ -127,6 +164,123 @@ static _Noreturn void child(const struct spawn_args *a, int errfd)
     fail(errfd, STEP_EXEC, saved ? saved : errno);
 }
 
+#if HAVE_CLONE3_TRAMPOLINE
+/*
+ * long clone3_run(struct clone3_args *args, size_t size, int (*fn)(void *), void *arg)
+ *
+ * clone3, and in the child (on the new stack the kernel switched to, with every other register
+ * as the parent had it) call fn(arg) and exit with its result should it return. C code cannot
+ * safely return from clone3 on another stack, hence these few instructions. The parent gets the
+ * pid or -errno. fn and arg travel in r8/r9, which the syscall preserves in both processes.
+ */
+__attribute__((visibility("hidden"))) long clone3_run(struct clone3_args *args, size_t size,
+                                                      int (*fn)(void *), void *arg);
+__asm__(
+    ".pushsection .text\n"
+    ".p2align 4\n"
+    ".hidden clone3_run\n"
+    ".type clone3_run, @function\n"
+    "clone3_run:\n"
+    "    mov %rdx, %r8\n"
+    "    mov %rcx, %r9\n"
+    "    mov $435, %eax\n" /* SYS_clone3 */
+    "    syscall\n"
+    "    test %rax, %rax\n"
+    "    jnz 1f\n"
+    "    xor %ebp, %ebp\n" /* outermost frame */
+    "    and $-16, %rsp\n"
+    "    mov %r9, %rdi\n"
+    "    call *%r8\n"
+    "    mov %eax, %edi\n"
+    "    mov $60, %eax\n" /* SYS_exit */
+    "    syscall\n"
+    "    hlt\n"
+    "1:  ret\n"
+    ".size clone3_run, .-clone3_run\n"
+    ".popsection\n");
+
+static int clone3_child(void *arg)
+{
+    const struct spawn_args *a = arg;
+    child(a, a->errfd);
+}
+
+/* Errors of clone3 that mean "not this kernel" (or a seccomp filter that hides clone3): old
+   kernels lack the syscall, the cgroup field or the flag. The vfork path is then used for good. */
+static int clone3_unsupported(long err)
+{
+    return err == -ENOSYS || err == -E2BIG || err == -EINVAL || err == -EOPNOTSUPP;
+}
+
+/* One child stack kept for the life of the module and lent to one spawn at a time: unmapping
+   a stack after each child means a TLB shootdown (an IPI to the CPU it ran on, costly in a VM). */
+static char *cached_stack;
+static int cached_stack_busy;
+
+/* A child stack (lowest usable address) of CHILD_STACK_SIZE above a guard page, or NULL. */
+static char *take_stack(void)
+{
+    if (!__atomic_exchange_n(&cached_stack_busy, 1, __ATOMIC_ACQUIRE)) {
+        char *cached = __atomic_load_n(&cached_stack, __ATOMIC_RELAXED);
+        if (cached != NULL)
+            return cached;
+        __atomic_store_n(&cached_stack_busy, 0, __ATOMIC_RELEASE);
+    }
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    char *map = mmap(NULL, CHILD_STACK_SIZE + page, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK | MAP_NORESERVE, -1, 0);
+    if (map == MAP_FAILED)
+        return NULL;
+    if (mprotect(map, page, PROT_NONE) != 0) { /* the guard page: overflow faults, never writes */
+        int saved = errno;
+        munmap(map, CHILD_STACK_SIZE + page);
+        errno = saved;
+        return NULL;
+    }
+    return map + page;
+}
+
+/* Give back a stack from take_stack(): the first becomes the cached one, others are unmapped
+   (only spawns running at once, from several threads, need more than one). */
+static void give_stack(char *stack)
+{
+    if (stack == __atomic_load_n(&cached_stack, __ATOMIC_RELAXED)) { /* set once, never changed */
+        __atomic_store_n(&cached_stack_busy, 0, __ATOMIC_RELEASE);
+        return;
+    }
+    if (!__atomic_exchange_n(&cached_stack_busy, 1, __ATOMIC_ACQUIRE)) {
+        if (__atomic_load_n(&cached_stack, __ATOMIC_RELAXED) == NULL) {
+            __atomic_store_n(&cached_stack, stack, __ATOMIC_RELAXED);
+            __atomic_store_n(&cached_stack_busy, 0, __ATOMIC_RELEASE);
+            return;
+        }
+        __atomic_store_n(&cached_stack_busy, 0, __ATOMIC_RELEASE);
+    }
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    munmap(stack - page, CHILD_STACK_SIZE + page);
+}
+
+/* Run child(a) in a process created in the cgroup `cgroup_dir_fd`; return its pid, or -errno. */
+static long spawn_clone3(struct spawn_args *a, int cgroup_dir_fd)
+{
+    char *stack = take_stack();
+    if (stack == NULL)
+        return -errno;
+    struct clone3_args ca;
+    memset(&ca, 0, sizeof ca);
+    ca.flags = CLONE_VM | CLONE_VFORK | CLONE_INTO_CGROUP;
+    ca.exit_signal = SIGCHLD;
+    ca.stack = (uint64_t)(uintptr_t)stack;
+    ca.stack_size = CHILD_STACK_SIZE;
+    ca.cgroup = (uint64_t)cgroup_dir_fd;
+    /* CLONE_VFORK: back here only once the child has exec'd or exited, done with the stack. */
+    long pid = clone3_run(&ca, sizeof ca, clone3_child, a);
+    give_stack(stack);
+    return pid;
+}
+#endif
+
+
 /* A NULL-terminated array of pointers into the bytes objects of `seq` (kept alive by `*keep`). */
 static char **bytes_array(PyObject *seq, const char *what, PyObject **keep)
 {
@@ -155,26 +309,82 @@ static char **bytes_array(PyObject *seq, const char *what, PyObject **keep)
     return out;
 }
 
+/* Start the child on the vfork path: the v2 group (if any) is joined by a write in the child. */
+static pid_t spawn_vfork(struct spawn_args *a, int cgroup_dir_fd, int *step)
+{
+    int procs = -1;
+    if (cgroup_dir_fd >= 0) {
+        procs = openat(cgroup_dir_fd, "cgroup.procs", O_WRONLY | O_CLOEXEC);
+        if (procs < 0) {
+            *step = STEP_CGROUP;
+            return -1;
+        }
+        memmove(&a->cgroup_fds[1], &a->cgroup_fds[0], (size_t)a->n_cgroups * sizeof(int));
+        a->cgroup_fds[0] = procs;
+        a->n_cgroups++;
+    }
+    pid_t pid = vfork();
+    if (pid == 0)
+        child(a, a->errfd);
+    if (procs >= 0) {
+        int saved = errno;
+        close(procs);
+        errno = saved;
+    }
+    return pid;
+}
+
+/* Create the child: into the v2 group by clone3 where possible, else by vfork. On failure return
+   -1 with errno set, and *step set when a step (the cgroup) is to blame. */
+static pid_t start_child(struct spawn_args *a, int cgroup_dir_fd, int *step)
+{
+#if HAVE_CLONE3_TRAMPOLINE
+    int state = __atomic_load_n(&clone3_state, __ATOMIC_RELAXED);
+    if (cgroup_dir_fd >= 0 && (state == CLONE3_UNTRIED || state == CLONE3_WORKS)) {
+        long pid = spawn_clone3(a, cgroup_dir_fd);
+        if (pid > 0) {
+            if (state == CLONE3_UNTRIED)
+                __atomic_store_n(&clone3_state, CLONE3_WORKS, __ATOMIC_RELAXED);
+            return (pid_t)pid;
+        }
+        if (pid == -EAGAIN || pid == -ENOMEM) { /* out of processes or memory: no retry */
+            errno = (int)-pid;
+            return -1;
+        }
+        /* A kernel without clone3 or CLONE_INTO_CGROUP: vfork from now on. Any other refusal
+           (this group, permissions) goes through the write below, which names the cgroup step. */
+        if (clone3_unsupported(pid) && state == CLONE3_UNTRIED)
+            __atomic_store_n(&clone3_state, CLONE3_REFUSED, __ATOMIC_RELAXED);
+    }
+#endif
+    return spawn_vfork(a, cgroup_dir_fd, step);
+}
+
 PyDoc_STRVAR(spawn_doc,
 "spawn(executables, argv, env, *, stdin_fd, stdout_fd, stderr_fd=-1, cwd_fd=-1, cgroup_fds=(),\n"
-"      ruleset_fd=-1, no_new_privs=False) -> int\n\n"
+"      cgroup_dir_fd=-1, ruleset_fd=-1, no_new_privs=False) -> int\n\n"
 "Start argv[0] (trying each of `executables`) in a new session, in the given cgroups and Landlock\n"
-"ruleset, and return its pid once it has exec'd; stderr goes with stdout unless given. Raises\n"
-"OSError whose filename names the step that failed: cgroup, setsid, fds, cwd, no_new_privs,\n"
-"landlock, exec (or signals).");
+"ruleset, and return its pid once it has exec'd; stderr goes with stdout unless given.\n"
+"cgroup_dir_fd, a cgroup v2 directory (O_PATH is enough), is entered at creation by\n"
+"clone3(CLONE_INTO_CGROUP) where the kernel allows, else by a write to its cgroup.procs;\n"
+"cgroup_fds are cgroup.procs files the child writes itself into. Raises OSError whose filename\n"
+"names the step that failed: cgroup, setsid, fds, cwd, no_new_privs, landlock, exec (or\n"
+"signals); None if the process could not be created at all.");
 
 static PyObject *spawn(PyObject *Py_UNUSED(module), PyObject *args, PyObject *kwargs)
 {
-    static char *kwlist[] = {"executables", "argv",       "env",          "stdin_fd",
-                             "stdout_fd",   "stderr_fd",  "cwd_fd",       "cgroup_fds",
-                             "ruleset_fd",  "no_new_privs", NULL};
+    static char *kwlist[] = {"executables", "argv",       "env",           "stdin_fd",
+                             "stdout_fd",   "stderr_fd",  "cwd_fd",        "cgroup_fds",
+                             "cgroup_dir_fd", "ruleset_fd", "no_new_privs", NULL};
     PyObject *py_exes, *py_argv, *py_env, *py_cgroups = NULL;
     struct spawn_args a;
+    int cgroup_dir_fd = -1;
     memset(&a, 0, sizeof a);
     a.ruleset_fd = a.cwd_fd = a.stdin_fd = a.stdout_fd = a.stderr_fd = -1;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO|$iiiiOip", kwlist, &py_exes, &py_argv,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO|$iiiiOiip", kwlist, &py_exes, &py_argv,
                                      &py_env, &a.stdin_fd, &a.stdout_fd, &a.stderr_fd, &a.cwd_fd,
-                                     &py_cgroups, &a.ruleset_fd, &a.no_new_privs))
+                                     &py_cgroups, &cgroup_dir_fd, &a.ruleset_fd,
+                                     &a.no_new_privs))
         return NULL;
     if (a.stderr_fd < 0)
         a.stderr_fd = a.stdout_fd;
@@ -219,24 +429,29 @@ static PyObject *spawn(PyObject *Py_UNUSED(module), PyObject *args, PyObject *kw
         PyErr_SetFromErrno(PyExc_OSError);
         goto done;
     }
+    a.errfd = errpipe[1];
     sigset_t all;
     sigfillset(&all);
     pid_t pid;
-    int vfork_errno = 0;
+    int start_errno = 0, start_step = 0;
     Py_BEGIN_ALLOW_THREADS
     /* No signal handler may run in the child, which shares the broker's memory until execve. */
     pthread_sigmask(SIG_SETMASK, &all, &a.mask);
-    pid = vfork();
-    if (pid == 0)
-        child(&a, errpipe[1]);
-    vfork_errno = errno;
+    pid = start_child(&a, cgroup_dir_fd, &start_step);
+    start_errno = errno;
     pthread_sigmask(SIG_SETMASK, &a.mask, NULL);
     Py_END_ALLOW_THREADS
     close(errpipe[1]);
     if (pid < 0) {
         close(errpipe[0]);
-        errno = vfork_errno;
-        PyErr_SetFromErrno(PyExc_OSError);
+        PyObject *exc_args =
+            start_step ? Py_BuildValue("(iss)", start_errno, strerror(start_errno),
+                                       step_names[start_step])
+                       : Py_BuildValue("(is)", start_errno, strerror(start_errno));
+        if (exc_args != NULL) {
+            PyErr_SetObject(PyExc_OSError, exc_args);
+            Py_DECREF(exc_args);
+        }
         goto done;
     }
     struct report r;
@@ -270,8 +485,38 @@ done:
     return result;
 }
 
+PyDoc_STRVAR(clone3_status_doc,
+"clone3_status() -> str\n\n"
+"How spawn creates children given a cgroup_dir_fd: 'untried' (clone3 at the next one), 'works'\n"
+"(clone3), 'refused' (vfork: the kernel refused clone3, or no trampoline for this arch) or\n"
+"'disabled' (vfork, by set_clone3_enabled).");
+
+static PyObject *clone3_status(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(args))
+{
+    static const char *const names[] = {"untried", "works", "refused", "disabled"};
+    return PyUnicode_FromString(names[__atomic_load_n(&clone3_state, __ATOMIC_RELAXED)]);
+}
+
+PyDoc_STRVAR(set_clone3_enabled_doc,
+"set_clone3_enabled(enabled) -> None\n\n"
+"Use (or stop using) clone3 for children given a cgroup_dir_fd; enabling tries the kernel again.\n"
+"Without the trampoline (an arch other than x86_64) it stays off. For tests and diagnosis.");
+
+static PyObject *set_clone3_enabled(PyObject *Py_UNUSED(module), PyObject *arg)
+{
+    int enabled = PyObject_IsTrue(arg);
+    if (enabled < 0)
+        return NULL;
+    if (HAVE_CLONE3_TRAMPOLINE)
+        __atomic_store_n(&clone3_state, enabled ? CLONE3_UNTRIED : CLONE3_DISABLED,
+                         __ATOMIC_RELAXED);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"spawn", (PyCFunction)(void (*)(void))spawn, METH_VARARGS | METH_KEYWORDS, spawn_doc},
+    {"clone3_status", clone3_status, METH_NOARGS, clone3_status_doc},
+    {"set_clone3_enabled", set_clone3_enabled, METH_O, set_clone3_enabled_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -208,6 +208,72 @@ def exec_true() -> None:
     print("exec_true (median, target < 1.5x):", "; ".join(parts))
 
 
+SPAWN_CALLS = 500
+
+
+@benchmark
+def spawn_cgroup() -> Result | None:
+    """Time the broker spends in ``_spawn.spawn`` (its event loop is blocked until the exec) for
+    ``true`` in a fresh cgroup, as each command gets: clone3 with CLONE_INTO_CGROUP against vfork
+    and a write to ``cgroup.procs`` (the fallback, and what every start did before), with vfork
+    into no cgroup as the floor. The three alternate call by call, so load hits them alike."""
+    from broker import _spawn
+
+    tree = CgroupTree.create()
+    if tree is None:
+        print("spawn_cgroup: skipped, needs a writable cgroup v2 tree")
+        return None
+    null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+
+    def one(path: str) -> float:
+        _spawn.set_clone3_enabled(path == "clone3")
+        group = tree.new_command(pids_max=None, memory_max=None)
+        fd = os.open(group.path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            t = time.perf_counter()
+            pid = _spawn.spawn(
+                [b"/bin/true"],
+                [b"true"],
+                [],
+                stdin_fd=null,
+                stdout_fd=null,
+                cgroup_dir_fd=-1 if path == "none" else fd,
+            )
+            elapsed = time.perf_counter() - t
+            os.waitpid(pid, 0)
+        finally:
+            os.close(fd)
+            group.remove()
+        return elapsed
+
+    paths = ["clone3", "vfork", "none"]
+    times: dict[str, list[float]] = {path: [] for path in paths}
+    try:
+        one("clone3")  # learn whether the kernel takes clone3
+        status = _spawn.clone3_status()
+        for i in range(SPAWN_CALLS):
+            for path in paths if i % 2 else paths[::-1]:
+                times[path].append(one(path))
+    finally:
+        _spawn.set_clone3_enabled(True)
+        os.close(null)
+        tree.remove()
+    new, old = statistics.median(times["clone3"]), statistics.median(times["vfork"])
+
+    def figures(path: str) -> str:
+        values = times[path]
+        return (
+            f"median {statistics.median(values) * 1e6:.0f} us, mean"
+            f" {statistics.mean(values) * 1e6:.0f} us, p90 {_pct(values, 0.9) * 1e6:.0f} us"
+        )
+
+    detail = (
+        f"clone3 ({status}) {figures('clone3')}; vfork + cgroup.procs {figures('vfork')};"
+        f" vfork without cgroup (the floor) {figures('none')}"
+    )
+    return new / old, 1.0, detail
+
+
 CANCEL_TREE = 50
 CANCEL_ROUNDS = 30
 
