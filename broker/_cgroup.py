@@ -27,7 +27,7 @@ import time
 import weakref
 from dataclasses import dataclass, field
 
-from ._proctree import read_stat
+from ._proctree import owner_gone, owner_id
 
 __all__ = ["CgroupTree", "CommandCgroup", "cgroup_kill"]
 
@@ -39,7 +39,7 @@ RMDIR_RETRY_S = 0.5
 PURGE_WAIT_S = 2.0
 """How long a purge waits for the processes it killed to be gone before removing their groups."""
 
-_OWNED = re.compile(r"opsbroker-(\d+)-(\d+)-(\d+)-[0-9a-f]+\Z")
+_OWNED = re.compile(r"opsbroker-(\d+-\d+-\d+)-[0-9a-f]+\Z")
 
 
 def _read(path: str) -> str:
@@ -104,30 +104,10 @@ def _remove(path: str) -> None:
             time.sleep(0.005)
 
 
-def _pid_namespace() -> int:
-    """This process's pid namespace (its inode), or 0 where ``/proc`` does not say."""
-    try:
-        return os.stat("/proc/self/ns/pid").st_ino
-    except OSError:
-        return 0
-
-
-def _owner() -> str:
-    """``<pid namespace>-<pid>-<start time>``: names this process, never another one."""
-    st = read_stat(os.getpid())
-    return f"{_pid_namespace()}-{os.getpid()}-{st.starttime if st else 0}"
-
-
-def _orphaned(name: str, namespace: int) -> bool:
-    """Whether ``name`` is the group of a manager whose process is gone (in ``namespace``)."""
+def _orphaned(name: str) -> bool:
+    """Whether ``name`` is the group of a manager whose process is gone."""
     m = _OWNED.match(name)
-    if m is None or not namespace:
-        return False
-    ns, pid, start = map(int, m.groups())
-    if ns != namespace:
-        return False  # another namespace's pids mean nothing here
-    st = read_stat(pid)
-    return st is None or st.starttime != start
+    return m is not None and owner_gone(m.group(1))
 
 
 def _purge(group: str, *, kill: bool) -> None:
@@ -153,9 +133,8 @@ def _purge_orphans(base: str, *, kill: bool) -> None:
         names = [n for n in os.listdir(base) if n.startswith("opsbroker-")]
     except OSError:
         return
-    namespace = _pid_namespace()
     for name in names:
-        if _orphaned(name, namespace):
+        if _orphaned(name):
             log.info("cgroup: removing %s, left by a broker that is gone", name)
             _purge(os.path.join(base, name), kill=kill)
 
@@ -229,7 +208,7 @@ class CgroupTree:
             own = _own_paths()
         except OSError:
             return None
-        name = f"opsbroker-{_owner()}-{secrets.token_hex(4)}"
+        name = f"opsbroker-{owner_id()}-{secrets.token_hex(4)}"
         for root, point, fstype, _opts in mounts:
             if fstype != "cgroup2" or "" not in own:
                 continue

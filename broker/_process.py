@@ -45,9 +45,11 @@ import inspect
 import logging
 import math
 import os
+import secrets
 import signal as _signal
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -72,6 +74,8 @@ from ._proctree import (
     ProcStat,
     has_pidfd,
     is_child_subreaper,
+    kill_commands,
+    owner_id,
     pidfd_signal,
     read_cookie,
     read_stat,
@@ -340,6 +344,17 @@ class ProcessManager:
                     "exec", None, "no writable cgroup v2 tree with cgroup.kill on this host"
                 )
         self._subreaper = self._cgroups is None and _Subreaper.acquire()
+        # Cookies name this manager: without cgroups, they are how commands left behind by a
+        # broker that was killed are found by the next manager, and ours at exit if never closed.
+        self._cookie_prefix = f"{owner_id()}-{secrets.token_hex(4)}."
+        self._leftovers: weakref.finalize[Any, ProcessManager] | None = None
+        if self._cgroups is None:
+            killed = kill_commands()
+            if killed:
+                log.info("killed %d processes left by brokers that are gone", killed)
+            self._leftovers = weakref.finalize(
+                self, _kill_leftovers, os.getpid(), self._cookie_prefix
+            )
         self._sandbox = sandbox
         self._sandbox_env = sandbox.env() if isinstance(sandbox, Sandbox) else {}
         self._own_scope: Ruleset | None = None
@@ -446,6 +461,9 @@ class ProcessManager:
         self._close_resources()
 
     def _close_resources(self) -> None:
+        if self._leftovers is not None:
+            self._leftovers.detach()  # every command has ended
+            self._leftovers = None
         if self._null_fd >= 0:
             os.close(self._null_fd)
             self._null_fd = -1
@@ -475,7 +493,7 @@ class ProcessManager:
         """
         if _native is None:
             raise Unavailable("exec", None, NATIVE_MISSING)
-        cookie = uuid.uuid4().hex
+        cookie = self._cookie_prefix + uuid.uuid4().hex
         child_env = dict(MINIMAL_ENV if env is None else env)
         child_env.update(self._sandbox_env)  # the only temp dir a sandboxed command can write
         child_env[COOKIE_VAR] = cookie
@@ -869,3 +887,9 @@ def _same_process(st: ProcStat) -> Callable[[int], bool]:
         return now is not None and now.starttime == st.starttime
 
     return check
+
+
+def _kill_leftovers(pid: int, prefix: str) -> None:
+    """A manager never closed: kill what its commands left, at exit (not in a forked child)."""
+    if os.getpid() == pid:
+        kill_commands(prefix)

@@ -8,12 +8,17 @@ environment is found only while its parent is a member (cgroups close that gap).
 
 Signals go through pidfds: the pidfd is opened first, membership is checked after, so a pid that
 was reused in between is never signalled (the pidfd names the old, dead process).
+
+A cookie also names the broker process that started the command (:func:`owner_id`), so that a
+broker killed before it could clean up leaves commands the next one can recognise and kill
+(:func:`kill_commands`), as cgroup mode does with the groups such a broker leaves.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
+import re
 import signal
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,6 +29,9 @@ __all__ = [
     "ProcStat",
     "has_pidfd",
     "is_child_subreaper",
+    "kill_commands",
+    "owner_gone",
+    "owner_id",
     "pidfd_signal",
     "proc_pids",
     "read_cookie",
@@ -34,6 +42,9 @@ __all__ = [
 
 COOKIE_VAR = "OPSBROKER_EXEC_ID"
 """Environment variable set in every command: its value names the command (Jenkins' technique)."""
+
+_OWNED_COOKIE = re.compile(rb"(\d+-\d+-\d+)-[0-9a-f]+\.[0-9a-f]+\Z")
+"""A cookie: ``<owner_id()>-<manager token>.<command id>``."""
 
 PIDFD_SIGNAL_PROCESS_GROUP = 1 << 2
 """``pidfd_send_signal`` flag (Linux 6.9): signal the pidfd's process group."""
@@ -201,3 +212,64 @@ def is_child_subreaper() -> bool:
     return int(libc.prctl(_PR_GET_CHILD_SUBREAPER, ctypes.byref(value), 0, 0, 0)) == 0 and bool(
         value.value
     )
+
+
+def pid_namespace() -> int:
+    """This process's pid namespace (its inode), or 0 where ``/proc`` does not say."""
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return 0
+
+
+def owner_id() -> str:
+    """``<pid namespace>-<pid>-<start time>``: names this process, never another one."""
+    st = read_stat(os.getpid())
+    return f"{pid_namespace()}-{os.getpid()}-{st.starttime if st else 0}"
+
+
+def owner_gone(owner: str) -> bool:
+    """Whether ``owner`` (an :func:`owner_id`) names a process of this pid namespace that has
+    exited. ``False`` when that cannot be known: another namespace's pids mean nothing here."""
+    try:
+        ns, pid, start = map(int, owner.split("-"))
+    except ValueError:
+        return False
+    namespace = pid_namespace()
+    if not namespace or ns != namespace:
+        return False
+    st = read_stat(pid)
+    return st is None or st.starttime != start
+
+
+def kill_commands(prefix: str | None = None) -> int:
+    """SIGKILL the processes whose cookie starts with ``prefix`` (one manager's commands), or,
+    without one, those whose cookie names a broker process that is gone. Never this process or
+    its ancestors (a broker started by a command carries that command's cookie). Returns how
+    many were signalled."""
+    spared: set[int] = set()
+    pid: int | None = os.getpid()
+    while pid and pid not in spared:
+        spared.add(pid)
+        st = read_stat(pid)
+        pid = st.ppid if st else None
+    gone: dict[bytes, bool] = {}
+
+    def wanted(cookie: bytes) -> bool:
+        if prefix is not None:
+            return cookie.startswith(prefix.encode())
+        m = _OWNED_COOKIE.match(cookie)
+        if m is None:
+            return False
+        owner = m.group(1)
+        if owner not in gone:
+            gone[owner] = owner_gone(owner.decode())
+        return gone[owner]
+
+    killed = 0
+    for pid in proc_pids():
+        cookie = None if pid in spared else read_cookie(pid)
+        if cookie is not None and wanted(cookie):
+            # Checked again once the pidfd is open: the same process, still carrying it.
+            killed += pidfd_signal(pid, signal.SIGKILL, lambda p, c=cookie: read_cookie(p) == c)
+    return killed

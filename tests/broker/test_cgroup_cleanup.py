@@ -48,9 +48,13 @@ BROKER = textwrap.dedent(
         print(line[3:], flush=True)
         if then == "wait":
             await asyncio.sleep(1000)
-        sys.exit(0)  # never closes the manager; the task is still running
+        return task
 
-    asyncio.run(main(sys.argv[1], sys.argv[2]))
+    # Exit with the command still running and its task never cancelled (asyncio.run would
+    # cancel it, and the cancellation would kill the tree): only the exit-time cleanup is left.
+    loop = asyncio.new_event_loop()
+    running = loop.run_until_complete(main(sys.argv[1], sys.argv[2]))
+    sys.exit(0)
     """
 )
 
