@@ -4,6 +4,8 @@ the test puts in the command's environment, never by asking the process manager.
 from __future__ import annotations
 
 import os
+import subprocess
+import time
 import uuid
 
 MARK_VAR = "OPSBROKER_TEST_MARK"
@@ -77,3 +79,22 @@ def survivors_by_cmdline(needle: str) -> list[int]:
         if want in argv and _alive(name):
             found.append(int(name))
     return found
+
+
+def all_gone(marker: str, within: float = 10.0) -> bool:
+    """Whether every process carrying ``marker`` is gone within ``within`` seconds (polled)."""
+    deadline = time.monotonic() + within
+    while survivors(marker):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def kill_and_reap(proc: subprocess.Popen[str]) -> None:
+    """SIGKILL ``proc`` if it still runs, reap it and close its stdout pipe."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    if proc.stdout is not None:
+        proc.stdout.close()

@@ -12,14 +12,13 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 
 from broker._cgroup import CgroupTree
 
-from ._procscan import new_marker, survivors
+from ._procscan import all_gone, kill_and_reap, new_marker, survivors
 from .conftest import CGROUPS
 
 pytestmark = pytest.mark.skipif(not CGROUPS, reason="needs a writable cgroup v2 tree")
@@ -70,14 +69,6 @@ def _start_broker(marker: str, then: str) -> tuple[subprocess.Popen[str], str]:
     return proc, rel
 
 
-def _stop(proc: subprocess.Popen[str]) -> None:
-    if proc.poll() is None:
-        proc.kill()
-        proc.wait()
-    assert proc.stdout is not None
-    proc.stdout.close()
-
-
 def _group_dir(rel: str) -> Path:
     tree = CgroupTree.create()
     assert tree is not None
@@ -86,15 +77,6 @@ def _group_dir(rel: str) -> Path:
     finally:
         tree.remove()
     return Path(mount + rel).parent  # the broker's group, parent of its command's
-
-
-def _wait_until(check: object) -> bool:
-    deadline = time.monotonic() + WAIT_S
-    while time.monotonic() < deadline:
-        if check():  # type: ignore[operator]
-            return True
-        time.sleep(0.02)
-    return False
 
 
 def test_a_new_manager_kills_what_a_killed_broker_left() -> None:
@@ -106,10 +88,10 @@ def test_a_new_manager_kills_what_a_killed_broker_left() -> None:
         proc.wait(timeout=WAIT_S)
         group = _group_dir(rel)  # CgroupTree.create() ran: it purged the orphan
         # The killed broker's command was still running until then; now it is gone.
-        assert _wait_until(lambda: not survivors(marker)), survivors(marker)
+        assert all_gone(marker), survivors(marker)
         assert not group.exists()
     finally:
-        _stop(proc)
+        kill_and_reap(proc)
 
 
 def test_a_manager_never_closed_cleans_up_at_exit() -> None:
@@ -122,7 +104,7 @@ def test_a_manager_never_closed_cleans_up_at_exit() -> None:
         # command's group, under the mount our own process's group is in.
         assert not any(Path(m, rel.lstrip("/")).parent.exists() for m in _mounts())
     finally:
-        _stop(proc)
+        kill_and_reap(proc)
 
 
 def test_the_groups_of_a_live_manager_are_left_alone() -> None:

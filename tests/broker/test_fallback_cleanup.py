@@ -20,7 +20,7 @@ from pathlib import Path
 from broker._process import ProcessManager
 from broker._proctree import COOKIE_VAR, owner_id, pid_namespace
 
-from ._procscan import MARK_VAR, new_marker, survivors
+from ._procscan import MARK_VAR, all_gone, kill_and_reap, new_marker, survivors
 
 REPO = Path(__file__).resolve().parents[2]
 WAIT_S = 10.0
@@ -73,23 +73,6 @@ def _start_broker(marker: str, then: str) -> subprocess.Popen[str]:
     return proc
 
 
-def _stop(proc: subprocess.Popen[str]) -> None:
-    if proc.poll() is None:
-        proc.kill()
-        proc.wait()
-    assert proc.stdout is not None
-    proc.stdout.close()
-
-
-def _wait_until(check: object) -> bool:
-    deadline = time.monotonic() + WAIT_S
-    while time.monotonic() < deadline:
-        if check():  # type: ignore[operator]
-            return True
-        time.sleep(0.02)
-    return bool(check())  # type: ignore[operator]
-
-
 def _kill_marked(marker: str) -> None:
     for pid in survivors(marker):
         os.kill(pid, signal.SIGKILL)
@@ -106,11 +89,11 @@ def test_a_new_manager_kills_what_a_killed_broker_left() -> None:
         assert len(survivors(marker)) >= 4, "the killed broker's commands keep running..."
         pm = ProcessManager(use_cgroups=False)
         try:
-            assert _wait_until(lambda: not survivors(marker)), survivors(marker)  # ...until now
+            assert all_gone(marker), survivors(marker)  # ...until now
         finally:
             asyncio.run(pm.aclose())
     finally:
-        _stop(proc)
+        kill_and_reap(proc)
         _kill_marked(marker)
 
 
@@ -119,9 +102,9 @@ def test_a_manager_never_closed_kills_its_commands_at_exit() -> None:
     proc = _start_broker(marker, "exit")
     try:
         assert proc.wait(timeout=WAIT_S) == 0
-        assert _wait_until(lambda: not survivors(marker)), survivors(marker)
+        assert all_gone(marker), survivors(marker)
     finally:
-        _stop(proc)
+        kill_and_reap(proc)
         _kill_marked(marker)
 
 
@@ -134,7 +117,7 @@ def test_the_commands_of_a_live_broker_are_left_alone() -> None:
         time.sleep(0.2)
         assert sorted(survivors(marker)) == before
     finally:
-        _stop(proc)  # SIGKILL: its commands are left, and cleaned below
+        kill_and_reap(proc)  # SIGKILL: its commands are left, and cleaned below
         _kill_marked(marker)
 
 
