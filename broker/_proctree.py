@@ -253,18 +253,23 @@ def kill_commands(prefix: str | None = None) -> int:
         spared.add(pid)
         st = read_stat(pid)
         pid = st.ppid if st else None
-    gone: dict[bytes, bool] = {}
+    if prefix is not None:
+        start = prefix.encode()
 
-    def wanted(cookie: bytes) -> bool:
-        if prefix is not None:
-            return cookie.startswith(prefix.encode())
-        m = _OWNED_COOKIE.match(cookie)
-        if m is None:
-            return False
-        owner = m.group(1)
-        if owner not in gone:
-            gone[owner] = owner_gone(owner.decode())
-        return gone[owner]
+        def wanted(cookie: bytes) -> bool:
+            return cookie.startswith(start)
+
+    else:
+        gone: dict[bytes, bool] = {}  # by owner: one check each
+
+        def wanted(cookie: bytes) -> bool:
+            m = _OWNED_COOKIE.match(cookie)
+            if m is None:
+                return False
+            owner = m.group(1)
+            if owner not in gone:
+                gone[owner] = owner_gone(owner.decode())
+            return gone[owner]
 
     killed = 0
     for pid in proc_pids():
