@@ -75,6 +75,7 @@ from ._proctree import (
     has_pidfd,
     is_child_subreaper,
     kill_commands,
+    own_children,
     owner_id,
     pidfd_signal,
     read_cookie,
@@ -166,6 +167,7 @@ class _Run:
     total: int = 0
     adopted: dict[int, int] = field(default_factory=dict)
     known: dict[int, int] = field(default_factory=dict)
+    leader_gone: bool = False
 
     @property
     def pid(self) -> int:
@@ -649,6 +651,7 @@ class ProcessManager:
             run.leader.wait()
         else:
             await asyncio.get_running_loop().run_in_executor(None, run.leader.wait)
+        run.leader_gone = True
 
     async def _finish(
         self, run: _Run, pump: asyncio.Task[None], exited: asyncio.Task[None]
@@ -721,7 +724,45 @@ class ProcessManager:
             st = read_stat(pid)
             if st is not None and st.starttime == start and st.alive:
                 return True
+        if run.leader_gone and self._subreaper:
+            alive = self._orphans_alive(run)
+            if alive is not None:
+                return alive
         return any(st.alive for st in self._members(run).values())
+
+    def _orphans_alive(self, run: _Run) -> bool | None:
+        """Whether the command left processes, from the broker's children alone, or ``None``
+        when only a sweep can tell.
+
+        Once the leader is reaped, the topmost live process of every branch of its tree is an
+        orphan the broker (the subreaper) adopted: no such child means an empty tree. A child the
+        command could own but that is not plainly its member (it left the session and dropped
+        the cookie, yet may have children that did not), a zombie the command may have left (a
+        sweep reaps it), or a list that changed while it was read, all need the sweep. Older
+        zombies (adopted from an escaped process that died since) are left to the stale rule.
+        """
+        children = own_children()
+        if children is None:
+            return None
+        me = os.getpid()
+        leaders = {r.pid for r in self._runs}
+        cookie = run.cookie.encode()
+        for pid in children:
+            st = read_stat(pid)
+            if st is None or st.ppid != me:
+                return None  # reaped while the list was read, which may have skipped a child
+            if pid in leaders:
+                continue
+            if st.starttime < run.leader_start:  # older than the command: none of its own
+                if not st.alive:
+                    self._stale_zombies.setdefault((pid, st.starttime), time.monotonic())
+                continue
+            if not st.alive:
+                return None  # a zombie, perhaps the command's: the sweep reaps it now
+            if st.sid == run.pid or read_cookie(pid) == cookie:
+                return True
+            return None
+        return False
 
     def _signal_tree(self, run: _Run, sig: int) -> None:
         """Send ``sig`` to every member (``cgroup.kill`` for SIGKILL in cgroup mode).

@@ -20,6 +20,7 @@ import ctypes
 import os
 import re
 import signal
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -30,6 +31,7 @@ __all__ = [
     "has_pidfd",
     "is_child_subreaper",
     "kill_commands",
+    "own_children",
     "owner_gone",
     "owner_id",
     "pidfd_signal",
@@ -46,8 +48,13 @@ COOKIE_VAR = "OPSBROKER_EXEC_ID"
 _OWNED_COOKIE = re.compile(rb"(\d+-\d+-\d+)-[0-9a-f]+\.[0-9a-f]+\Z")
 """A cookie: ``<owner_id()>-<manager token>.<command id>``."""
 
+EXEC_SETTLE_S = 0.01
+"""How long a cookie read waits for a process caught inside ``execve`` to show its environment."""
+
 PIDFD_SIGNAL_PROCESS_GROUP = 1 << 2
 """``pidfd_send_signal`` flag (Linux 6.9): signal the pidfd's process group."""
+
+_PF_KTHREAD = 0x00200000
 
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_GET_CHILD_SUBREAPER = 37
@@ -148,18 +155,79 @@ def proc_pids() -> Iterator[int]:
                 yield int(entry.name)
 
 
-def read_cookie(pid: int) -> bytes | None:
-    """The value of ``OPSBROKER_EXEC_ID`` in a process's environment, if it has one."""
+def own_children() -> list[int] | None:
+    """This process's children, from every thread's ``children`` list: a few reads instead of a
+    ``/proc`` sweep.
+
+    ``None`` where the list cannot be trusted: the kernel lacks it (``CONFIG_PROC_CHILDREN``), or
+    a thread came or went meanwhile (a leaving thread's children move to another thread, which may
+    have been read already).
+    """
     try:
-        with open(f"/proc/{pid}/environ", "rb", buffering=0) as f:
-            environ = f.read()
+        tasks = os.listdir("/proc/self/task")
+        children: list[int] = []
+        for tid in tasks:
+            listed = _read_file(f"/proc/self/task/{tid}/children")
+            if listed is None:
+                return None
+            children.extend(map(int, listed.split()))
+        if os.listdir("/proc/self/task") != tasks:
+            return None
+    except (OSError, ValueError):
+        return None
+    return children
+
+
+def read_cookie(pid: int) -> bytes | None:
+    """The value of ``OPSBROKER_EXEC_ID`` in a process's environment, if it has one.
+
+    A process caught inside ``execve`` shows no environment (or ``ESRCH``) for a moment; it is
+    read again, for up to :data:`EXEC_SETTLE_S`, rather than taken for one without a cookie,
+    which would let a command's process that happens to be exec'ing escape a sweep. Only a live
+    process whose environment stays empty (``env -i``) costs that wait.
+    """
+    deadline = None
+    while True:
+        try:
+            with open(f"/proc/{pid}/environ", "rb", buffering=0) as f:
+                environ = f.read()
+        except (FileNotFoundError, PermissionError):
+            return None  # gone, or not ours to read
+        except OSError:
+            environ = b""  # ESRCH: inside execve
+        if environ:
+            key = COOKIE_VAR.encode() + b"="
+            for item in environ.split(b"\0"):
+                if item.startswith(key):
+                    return item[len(key) :]
+            return None
+        if not _user_process(pid):
+            return None
+        now = time.monotonic()
+        deadline = deadline or now + EXEC_SETTLE_S
+        if now >= deadline:
+            return None
+        os.sched_yield()
+
+
+def _user_process(pid: int) -> bool:
+    """Whether ``pid`` is a live process with a user space: not a zombie, not a kernel thread
+    (both show an empty environment for good)."""
+    raw = _read_file(f"/proc/{pid}/stat")
+    fields = raw[raw.rfind(b")") + 2 :].split(maxsplit=7) if raw else []
+    try:
+        return fields[0] not in (b"Z", b"X", b"x") and not int(fields[6]) & _PF_KTHREAD
+    except (IndexError, ValueError):
+        return False
+
+
+def _read_file(path: str) -> bytes | None:
+    """The whole content of a ``/proc`` file, ``None`` when the process is gone or unreadable."""
+    try:
+        with open(path, "rb", buffering=0) as f:
+            return f.read()
     except OSError:
         return None
-    key = COOKIE_VAR.encode() + b"="
-    for item in environ.split(b"\0"):
-        if item.startswith(key):
-            return item[len(key) :]
-    return None
 
 
 def has_pidfd() -> bool:
