@@ -1,0 +1,149 @@
+"""One file open through SFTP, with bounded memory whatever its size and the access pattern.
+
+A download streams from the backend (``read_chunks``). Clients read in offset order (OpenSSH
+``sftp`` and asyncssh keep several reads in flight, but the server answers them one at a time),
+so a read is answered from a small in-memory window at the stream's head; what the stream has
+passed goes to a :class:`~._spool.Spool`, so a read behind the window (a seek back) is answered
+from there, and a read ahead of it pulls the stream forward. An upload goes to a spool at any
+offset and reaches the backend on close as one ``write_chunks`` stream: the replace is atomic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+from typing import Final
+
+from operations import Backend, read_chunks, write_chunks
+
+from ._spool import Spool
+
+__all__ = ["MAX_READ_REPLY_BYTES", "READ_PIECE_BYTES", "READ_WINDOW_BYTES", "SFTPFile"]
+
+READ_PIECE_BYTES: Final = 256 * 1024
+"""Size of the pieces a download's stream and an upload's commit move (the core's own piece)."""
+
+READ_WINDOW_BYTES: Final = 1024 * 1024
+"""Bytes of a download kept in memory at the stream's head before they go to the spool: room
+for the reads a client has in flight, answered in order without touching the spool."""
+
+MAX_READ_REPLY_BYTES: Final = 4 * 1024 * 1024
+"""The most one READ returns (SFTP allows short reads; asyncssh's own maximum read length): a
+client asking for gigabytes at once gets them in pieces, not in one allocation."""
+
+
+class SFTPFile:
+    """An open SFTP file: ``path`` on ``backend``, a download stream or an upload spool.
+
+    Create with :meth:`download` or :meth:`upload`; always :meth:`close` it (or
+    :meth:`discard` it: the client went away), which frees the stream and the spool.
+    """
+
+    def __init__(self, backend: Backend, path: str, spool: Spool, *, writable: bool) -> None:
+        self.path = path
+        self.writable = writable
+        self._backend = backend
+        self._spool = spool
+        self._stream: AsyncGenerator[bytes, None] | None = None
+        self._window = bytearray()  # the stream's last bytes, at [streamed - len, streamed)
+        self._streamed = 0
+        self._dirty = False
+        self._failed: BaseException | None = None  # the stream's error, raised again on reads
+
+    @classmethod
+    async def download(
+        cls, backend: Backend, path: str, spool: Spool, *, writable: bool = False
+    ) -> SFTPFile:
+        """``path`` open for reading (and writing, over its current content, if ``writable``).
+
+        The stream's first piece is read here, so a missing file, a directory or a refusal
+        is the open's error. A writable file's content is spooled whole first (writes land
+        on it, reads see them).
+        """
+        opened = cls(backend, path, spool, writable=writable)
+        opened._stream = read_chunks(backend, path, READ_PIECE_BYTES)
+        try:
+            await opened._pull(1)
+            if writable:
+                await opened._pull(None)
+                spool.append(opened._window)
+                opened._window = bytearray()
+        except BaseException:
+            await opened.discard()
+            raise
+        return opened
+
+    @classmethod
+    def upload(cls, backend: Backend, path: str, spool: Spool) -> SFTPFile:
+        """``path`` created or truncated: nothing reaches the backend before :meth:`close`."""
+        opened = cls(backend, path, spool, writable=True)
+        opened._dirty = True
+        return opened
+
+    @property
+    def size(self) -> int | None:
+        """The size so far, or ``None`` while a download's stream has not reached the end."""
+        if self._stream is not None:
+            return None
+        return self._streamed if not self.writable else self._spool.size
+
+    async def read(self, offset: int, size: int) -> bytes:
+        """Up to ``size`` bytes at ``offset``; ``b""`` at or past the end."""
+        end = offset + min(size, MAX_READ_REPLY_BYTES)
+        if self.writable:
+            return self._spool.read(offset, end - offset)
+        await self._pull(end)
+        end = min(end, self._streamed)
+        if offset >= end:
+            return b""
+        head = self._streamed - len(self._window)  # where the window starts
+        if offset >= head:
+            return bytes(self._window[offset - head : end - head])
+        spooled = self._spool.read(offset, min(end, head) - offset)
+        return spooled + bytes(self._window[: max(0, end - head)])
+
+    def write(self, offset: int, data: bytes) -> None:
+        """Store ``data`` at ``offset`` (the caller checked :attr:`writable`)."""
+        self._spool.write(offset, data)
+        self._dirty = True
+
+    async def close(self) -> None:
+        """The client closed the file: commit what it wrote (atomically), then free it all.
+
+        Raises what ``write_chunks`` raises (nothing is written then, the old file stays).
+        """
+        try:
+            if self._dirty:
+                self._dirty = False
+                await write_chunks(self._backend, self.path, self._spool.pieces(READ_PIECE_BYTES))
+        finally:
+            await self.discard()
+
+    async def discard(self) -> None:
+        """Free the stream and the spool without committing anything. Idempotent."""
+        self._window = bytearray()
+        self._spool.close()
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            await stream.aclose()
+
+    async def _pull(self, end: int | None) -> None:
+        """Advance the stream until it has passed ``end`` (``None``: to its end), spooling
+        what leaves the window."""
+        if self._failed is not None:
+            raise self._failed  # never mistake a broken stream's end for the file's end
+        stream = self._stream
+        while stream is not None and (end is None or self._streamed < end):
+            try:
+                piece = await anext(stream, None)
+            except Exception as exc:
+                self._failed, self._stream = exc, None
+                raise
+            if piece is None:
+                self._stream = None
+                await stream.aclose()
+                return
+            if len(self._window) + len(piece) > READ_WINDOW_BYTES:
+                self._spool.append(self._window)
+                self._window = bytearray()
+            self._window += piece
+            self._streamed += len(piece)
