@@ -24,7 +24,7 @@ from __future__ import annotations
 import posixpath
 import stat as st
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Final, NoReturn
 
 import asyncssh
@@ -102,11 +102,23 @@ def _refuse(what: str) -> NoReturn:
 
 
 class BackendSFTPServer(asyncssh.SFTPServer):
-    """An SFTP server whose every file operation goes through ``backend``."""
+    """An SFTP server whose every file operation goes through ``backend``.
 
-    def __init__(self, chan: asyncssh.SSHServerChannel[bytes], backend: Backend) -> None:
+    ``drain``, if given, returns once the channel's send buffer is below its high-water mark:
+    asyncssh sends replies without waiting, so a read waits for it before producing its data
+    (otherwise a client with many large reads in flight piles the file up in the buffer).
+    """
+
+    def __init__(
+        self,
+        chan: asyncssh.SSHServerChannel[bytes],
+        backend: Backend,
+        *,
+        drain: Callable[[], Awaitable[object]] | None = None,
+    ) -> None:
         super().__init__(chan)
         self._backend = backend
+        self._drain = drain
         self._root = backend.root
         self._spool_dir: str | None = None
 
@@ -153,6 +165,8 @@ class BackendSFTPServer(asyncssh.SFTPServer):
 
     async def read(self, file_obj: object, offset: int, size: int) -> bytes:
         assert isinstance(file_obj, SFTPFile)
+        if self._drain is not None:
+            await self._drain()
         try:
             return await file_obj.read(offset, size)
         except OpsError as exc:

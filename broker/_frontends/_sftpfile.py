@@ -10,6 +10,8 @@ offset and reaches the backend on close as one ``write_chunks`` stream: the repl
 
 from __future__ import annotations
 
+import errno
+import os
 from collections.abc import AsyncGenerator
 from typing import Final
 
@@ -22,13 +24,15 @@ __all__ = ["MAX_READ_REPLY_BYTES", "READ_PIECE_BYTES", "READ_WINDOW_BYTES", "SFT
 READ_PIECE_BYTES: Final = 256 * 1024
 """Size of the pieces a download's stream and an upload's commit move (the core's own piece)."""
 
-READ_WINDOW_BYTES: Final = 1024 * 1024
-"""Bytes of a download kept in memory at the stream's head before they go to the spool: room
-for the reads a client has in flight, answered in order without touching the spool."""
-
 MAX_READ_REPLY_BYTES: Final = 4 * 1024 * 1024
 """The most one READ returns (SFTP allows short reads; asyncssh's own maximum read length): a
 client asking for gigabytes at once gets them in pieces, not in one allocation."""
+
+READ_WINDOW_BYTES: Final = MAX_READ_REPLY_BYTES + READ_PIECE_BYTES
+"""Bytes of a download kept in memory at the stream's head (older ones go to the spool): the
+largest read, plus the piece that overshot it, so reads in order never touch the spool."""
+
+_NO_HOLE: Final = 2**63 - 1  # SEEK_HOLE before the end is known: past any offset a client asks
 
 
 class SFTPFile:
@@ -96,10 +100,27 @@ class SFTPFile:
         if offset >= end:
             return b""
         head = self._streamed - len(self._window)  # where the window starts
-        if offset >= head:
-            return bytes(self._window[offset - head : end - head])
-        spooled = self._spool.read(offset, min(end, head) - offset)
-        return spooled + bytes(self._window[: max(0, end - head)])
+        with memoryview(self._window) as window:
+            if offset >= head:
+                return bytes(window[offset - head : end - head])
+            spooled = self._spool.read(offset, min(end, head) - offset)
+            return spooled + window[: max(0, end - head)]
+
+    def seek(self, offset: int, whence: int) -> int:
+        """``SEEK_DATA`` / ``SEEK_HOLE`` for asyncssh's ``ranges@asyncssh.com`` extension (the
+        sparse copy of ``SFTPClient.get``), which asks the open file object directly.
+
+        No holes are reported: from any offset before the end, the rest of the file is data
+        (a stream does not know its holes; a client asks only up to the size it saw).
+        """
+        size = self.size
+        if whence == os.SEEK_DATA:
+            if size is not None and offset >= size:
+                raise OSError(errno.ENXIO, "no data past the end of the file")
+            return offset
+        if whence == os.SEEK_HOLE:
+            return size if size is not None else _NO_HOLE
+        raise OSError(errno.EINVAL, "only SEEK_DATA and SEEK_HOLE are served")
 
     def write(self, offset: int, data: bytes) -> None:
         """Store ``data`` at ``offset`` (the caller checked :attr:`writable`)."""
@@ -142,8 +163,9 @@ class SFTPFile:
                 self._stream = None
                 await stream.aclose()
                 return
-            if len(self._window) + len(piece) > READ_WINDOW_BYTES:
-                self._spool.append(self._window)
-                self._window = bytearray()
             self._window += piece
+            spill = len(self._window) - READ_WINDOW_BYTES
+            if spill > 0:
+                self._spool.append(self._window[:spill])
+                del self._window[:spill]  # cheap: a bytearray drops its head in place
             self._streamed += len(piece)
