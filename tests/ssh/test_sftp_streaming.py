@@ -197,6 +197,29 @@ async def test_an_upload_over_the_write_limit_fails_and_keeps_the_old_file(
     assert sorted(os.listdir(root)) == ["kept.bin"]  # no leftover temp file in the workspace
 
 
+async def test_a_download_over_the_read_limit_fails_and_keeps_failing(
+    tmp_path: Path, root: str
+) -> None:
+    """The policy's ``max_read_bytes`` ends the stream part way: that read and every later one
+    fail with the policy's reason, never an end of file that would pass for a short file."""
+    _write(root, "big.bin", os.urandom(8 * MiB))
+
+    def guard(core: Backend, principal: str, peer: str | None) -> Backend:
+        return GuardedBackend(core, Policy(max_read_bytes=6 * MiB), close_inner=False)
+
+    async with (
+        Broker(root) as broker,
+        serve_over_ssh(broker, tmp_path / "keys", guard=guard) as setup,
+        setup.raw() as conn,
+        conn.start_sftp_client() as sftp,
+        sftp.open("big.bin", "rb") as remote,
+    ):
+        assert len(await remote.read(4 * MiB, 0)) == 4 * MiB
+        for offset in (4 * MiB, 7 * MiB, 9 * MiB, 0):
+            with pytest.raises(asyncssh.SFTPFailure, match=r"max_read_bytes \(6291456\)"):
+                await remote.read(4 * MiB, offset)
+
+
 async def test_the_spool_keeps_its_free_space_reserve(
     setup: SSHSetup, root: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
