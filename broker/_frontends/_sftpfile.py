@@ -15,7 +15,7 @@ import os
 from collections.abc import AsyncGenerator
 from typing import Final
 
-from operations import Backend, read_chunks, write_chunks
+from operations import Backend, OpsError, read_chunks, write_chunks
 
 from ._spool import Spool
 
@@ -52,6 +52,7 @@ class SFTPFile:
         self._streamed = 0
         self._dirty = False
         self._failed: BaseException | None = None  # the stream's error, raised again on reads
+        self._spool_failed: OpsError | None = None  # why the spool stopped taking what passed
 
     @classmethod
     async def download(
@@ -69,6 +70,8 @@ class SFTPFile:
             await opened._pull(1)
             if writable:
                 await opened._pull(None)
+                if opened._spool_failed is not None:
+                    raise opened._spool_failed
                 spool.append(opened._window)
                 opened._window = bytearray()
         except BaseException:
@@ -103,6 +106,8 @@ class SFTPFile:
         with memoryview(self._window) as window:
             if offset >= head:
                 return bytes(window[offset - head : end - head])
+            if self._spool_failed is not None and min(end, head) > self._spool.size:
+                raise self._spool_failed  # read back where the spool could not follow
             spooled = self._spool.read(offset, min(end, head) - offset)
             return spooled + window[: max(0, end - head)]
 
@@ -166,6 +171,15 @@ class SFTPFile:
             self._window += piece
             spill = len(self._window) - READ_WINDOW_BYTES
             if spill > 0:
-                self._spool.append(self._window[:spill])
+                self._spill(self._window[:spill])
                 del self._window[:spill]  # cheap: a bytearray drops its head in place
             self._streamed += len(piece)
+
+    def _spill(self, data: bytearray) -> None:
+        """Spool bytes leaving the window. If the spool fails (its disk is full), reads in order
+        go on; only a read back into what was not spooled fails, with the spool's error."""
+        if self._spool_failed is None:
+            try:
+                self._spool.append(data)
+            except OpsError as exc:
+                self._spool_failed = exc

@@ -16,11 +16,20 @@ from typing import IO, Final
 
 from operations import TooLarge, Unavailable
 
-__all__ = ["SPOOL_FREE_RESERVE_BYTES", "Spool", "spool_directory"]
+__all__ = [
+    "SPOOL_FREE_RESERVE_BYTES",
+    "SPOOL_FREE_RESERVE_FRACTION",
+    "Spool",
+    "spool_directory",
+]
 
 SPOOL_FREE_RESERVE_BYTES: Final = 1024 * 1024 * 1024
 """Free space a spool never takes its file system below: room for everything else on the
-broker's temp disk (the audit log, commands' temp files, the workspace if it shares the disk)."""
+broker's temp disk (the audit log, commands' temp files, the workspace if it shares the disk)..."""
+
+SPOOL_FREE_RESERVE_FRACTION: Final = 0.05
+"""...or this share of the file system if less (a small temp disk is not refused outright;
+5% is what ext4 keeps for root)."""
 
 
 def spool_directory(root: str) -> str:
@@ -60,7 +69,8 @@ class Spool:
         """Store ``data`` at ``offset``; a gap before it reads as zeros.
 
         Raises:
-            TooLarge: the spool would leave less than :data:`SPOOL_FREE_RESERVE_BYTES` free.
+            TooLarge: the spool would leave less than its reserve free on its disk
+                (:data:`SPOOL_FREE_RESERVE_BYTES`, :data:`SPOOL_FREE_RESERVE_FRACTION`).
             Unavailable: the temporary file cannot be created or written (disk full, ...).
         """
         if not data:
@@ -122,13 +132,17 @@ class Spool:
     def _check_room(self, fd: int, growth: int) -> None:
         info = os.fstatvfs(fd)
         free = info.f_bavail * info.f_frsize
-        if free - growth < SPOOL_FREE_RESERVE_BYTES:
+        reserve = min(
+            SPOOL_FREE_RESERVE_BYTES,
+            int(info.f_blocks * info.f_frsize * SPOOL_FREE_RESERVE_FRACTION),
+        )
+        if free - growth < reserve:
             raise TooLarge(
                 self._op,
                 self._path,
-                f"the broker's temp disk ({self._directory}) would keep less than "
-                f"{SPOOL_FREE_RESERVE_BYTES} bytes free; the transfer is refused, free space "
-                "there or move TMPDIR to a larger disk",
+                f"the broker's temp disk ({self._directory}) would keep less than {reserve} "
+                "bytes free; the transfer is refused, free space there or move TMPDIR to a "
+                "larger disk",
             )
 
     def _unavailable(self, exc: OSError) -> Unavailable:

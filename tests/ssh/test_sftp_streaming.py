@@ -223,20 +223,29 @@ async def test_a_download_over_the_read_limit_fails_and_keeps_failing(
 async def test_the_spool_keeps_its_free_space_reserve(
     setup: SSHSetup, root: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    free = os.statvfs(_spool.spool_directory(root))
-    monkeypatch.setattr(_spool, "SPOOL_FREE_RESERVE_BYTES", free.f_bavail * free.f_frsize)
+    """Uploads past the reserve are refused with a message saying why; a download in order goes
+    on without the spool, and only a read back into what it could not keep fails."""
+    data = os.urandom(16 * MiB)
+    _write(root, "big.bin", data)
     _write(root, "kept.bin", b"old")
-    async with (
-        setup.raw() as conn,
-        conn.start_sftp_client() as sftp,
-        sftp.open("kept.bin", "wb") as remote,
-    ):
-        with pytest.raises(asyncssh.SFTPFailure, match=r"temp disk .* would keep less than"):
-            await remote.write(os.urandom(MiB), 0)
-        # a client asking for a sparse file of an exabyte is refused the same way
+    async with setup.raw() as conn, conn.start_sftp_client() as sftp:
+        async with sftp.open("kept.bin", "wb") as remote:
+            # a sparse file of an exabyte: refused under the real reserve already
+            with pytest.raises(asyncssh.SFTPFailure, match=r"temp disk \(.*\) would keep less"):
+                await remote.write(b"x", 2**60)
+            free = os.statvfs(_spool.spool_directory(root))
+            monkeypatch.setattr(_spool, "SPOOL_FREE_RESERVE_BYTES", free.f_bavail * free.f_frsize)
+            monkeypatch.setattr(_spool, "SPOOL_FREE_RESERVE_FRACTION", 1.0)
+            with pytest.raises(asyncssh.SFTPFailure, match="move TMPDIR to a larger disk"):
+                await remote.write(os.urandom(MiB), 0)
+        async with sftp.open("big.bin", "rb") as remote:
+            assert await remote.read() == data
+            with pytest.raises(asyncssh.SFTPFailure, match="temp disk"):
+                await remote.read(10, 0)
         with pytest.raises(asyncssh.SFTPFailure, match="temp disk"):
-            await remote.write(b"x", 2**60)
+            await sftp.open("big.bin", "r+b")  # its content must be spooled first
     assert _read(root, "kept.bin") == b""  # an empty upload was still the client's
+    assert _read(root, "big.bin") == data
 
 
 def test_the_spool_is_never_inside_the_workspace(
