@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import errno
 import os
+from collections import deque
 from collections.abc import AsyncGenerator
 from typing import Final
 
@@ -48,7 +49,8 @@ class SFTPFile:
         self._backend = backend
         self._spool = spool
         self._stream: AsyncGenerator[bytes, None] | None = None
-        self._window = bytearray()  # the stream's last bytes, at [streamed - len, streamed)
+        self._window: deque[bytes] = deque()  # the stream's last pieces, as it gave them
+        self._window_bytes = 0  # they hold [streamed - window_bytes, streamed)
         self._streamed = 0
         self._dirty = False
         self._failed: BaseException | None = None  # the stream's error, raised again on reads
@@ -72,8 +74,9 @@ class SFTPFile:
                 await opened._pull(None)
                 if opened._spool_failed is not None:
                     raise opened._spool_failed
-                spool.append(opened._window)
-                opened._window = bytearray()
+                while opened._window:
+                    spool.append(opened._window.popleft())
+                opened._window_bytes = 0
         except BaseException:
             await opened.discard()
             raise
@@ -102,14 +105,19 @@ class SFTPFile:
         end = min(end, self._streamed)
         if offset >= end:
             return b""
-        head = self._streamed - len(self._window)  # where the window starts
-        with memoryview(self._window) as window:
-            if offset >= head:
-                return bytes(window[offset - head : end - head])
+        head = self._streamed - self._window_bytes  # where the window starts
+        parts: list[bytes | memoryview] = []
+        if offset < head:
             if self._spool_failed is not None and min(end, head) > self._spool.size:
                 raise self._spool_failed  # read back where the spool could not follow
-            spooled = self._spool.read(offset, min(end, head) - offset)
-            return spooled + window[: max(0, end - head)]
+            parts.append(self._spool.read(offset, min(end, head) - offset))
+        start = head
+        for piece in self._window:  # a few pieces: the window is a few MiB
+            stop = start + len(piece)
+            if stop > offset and start < end:
+                parts.append(memoryview(piece)[max(offset - start, 0) : end - start])
+            start = stop
+        return b"".join(parts)
 
     def seek(self, offset: int, whence: int) -> int:
         """``SEEK_DATA`` / ``SEEK_HOLE`` for asyncssh's ``ranges@asyncssh.com`` extension (the
@@ -146,7 +154,7 @@ class SFTPFile:
 
     async def discard(self) -> None:
         """Free the stream and the spool without committing anything. Idempotent."""
-        self._window = bytearray()
+        self._window.clear()
         self._spool.close()
         stream, self._stream = self._stream, None
         if stream is not None:
@@ -168,14 +176,16 @@ class SFTPFile:
                 self._stream = None
                 await stream.aclose()
                 return
-            self._window += piece
-            spill = len(self._window) - READ_WINDOW_BYTES
-            if spill > 0:
-                self._spill(self._window[:spill])
-                del self._window[:spill]  # cheap: a bytearray drops its head in place
+            self._window.append(piece)
+            self._window_bytes += len(piece)
+            # Older pieces go to the spool while the rest still fills the window.
+            while self._window_bytes - len(self._window[0]) >= READ_WINDOW_BYTES:
+                oldest = self._window.popleft()
+                self._window_bytes -= len(oldest)
+                self._spill(oldest)
             self._streamed += len(piece)
 
-    def _spill(self, data: bytearray) -> None:
+    def _spill(self, data: bytes) -> None:
         """Spool bytes leaving the window. If the spool fails (its disk is full), reads in order
         go on; only a read back into what was not spooled fails, with the spool's error."""
         if self._spool_failed is None:

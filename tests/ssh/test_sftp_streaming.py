@@ -332,13 +332,21 @@ async def test_256_mib_each_way_with_bounded_broker_memory(tmp_path: Path) -> No
             await sftp.put(str(warm), "warm.bin")  # code paths loaded, buffers at their size
             await sftp.get("warm.bin", str(tmp_path / "warm.got"))
             baseline = _status(pid, "VmRSS")
+            loop = asyncio.get_running_loop()
             async with asyncio.timeout(BIG_TRANSFER_TIMEOUT_S):
+                started = loop.time()
                 await sftp.put(str(local), "big.bin")
+                put_s = loop.time() - started
                 assert _sha256(root / "big.bin") == sent
+                started = loop.time()
                 await sftp.get("big.bin", str(fetched))
+                get_s = loop.time() - started
             peak = _status(pid, "VmHWM")
         assert _sha256(fetched) == sent
         growth = peak - baseline
-        print(f"broker RSS {baseline >> 20} MiB before, peak {peak >> 20} MiB during")
+        print(
+            f"broker RSS {baseline >> 20} MiB before, peak {peak >> 20} MiB during; "
+            f"put {BIG_FILE_BYTES / MiB / put_s:.0f} MiB/s, get {BIG_FILE_BYTES / MiB / get_s:.0f} MiB/s"
+        )
         assert growth < RSS_GROWTH_LIMIT, f"broker RSS grew {growth >> 20} MiB"
     assert served.process.returncode == 0
