@@ -10,8 +10,8 @@ through a small window, spooling what the stream passed to an anonymous temp fil
 broker's temp directory so a client may read any offset again; an upload is spooled there at
 any offset and streamed into ``write_chunks`` on close, so the replace stays atomic and the
 backend's limits (the policy's ``max_write_bytes``) apply as it streams. An upload whose session
-ends without CLOSE is dropped, never committed. The spool keeps
-:data:`~._spool.SPOOL_FREE_RESERVE_BYTES` free on its disk.
+ends without CLOSE is dropped, never committed. A spool never takes its disk below a reserve
+of free space (:mod:`._spool`), and a read waits until the channel has sent earlier replies.
 
 Supported: open/read/write/close, stat, lstat, fstat, listing a directory, mkdir, remove, rmdir,
 rename, posix-rename, realpath. Everything else (links, setstat, statvfs, locks, ...) is refused,

@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import AsyncGenerator
 from typing import Final
 
-from operations import Backend, OpsError, read_chunks, write_chunks
+from operations import Aborted, Backend, OpsError, read_chunks, write_chunks
 
 from ._spool import Spool
 
@@ -63,13 +63,14 @@ class SFTPFile:
         """``path`` open for reading (and writing, over its current content, if ``writable``).
 
         The stream's first piece is read here, so a missing file, a directory or a refusal
-        is the open's error. A writable file's content is spooled whole first (writes land
-        on it, reads see them).
+        is the open's error; a file smaller than a piece is then read to its end (its size is
+        known for ``fstat``, its stream closed at once). A writable file's content is spooled
+        whole first (writes land on it, reads see them).
         """
         opened = cls(backend, path, spool, writable=writable)
         opened._stream = read_chunks(backend, path, READ_PIECE_BYTES)
         try:
-            await opened._pull(1)
+            await opened._pull(READ_PIECE_BYTES)
             if writable:
                 await opened._pull(None)
                 if opened._spool_failed is not None:
@@ -169,8 +170,15 @@ class SFTPFile:
         while stream is not None and (end is None or self._streamed < end):
             try:
                 piece = await anext(stream, None)
-            except Exception as exc:
-                self._failed, self._stream = exc, None
+            except BaseException as exc:
+                # A generator that raised (or was cancelled) is finished: its next anext
+                # would look like the end of the file.
+                self._failed = (
+                    exc
+                    if isinstance(exc, Exception)
+                    else Aborted("read_file", self.path, "an earlier read was cancelled")
+                )
+                self._stream = None
                 raise
             if piece is None:
                 self._stream = None

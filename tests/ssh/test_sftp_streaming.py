@@ -144,6 +144,7 @@ async def test_temp_files_and_streams_are_closed_on_close_and_on_session_end(
     setup: SSHSetup, root: str
 ) -> None:
     _write(root, "big.bin", os.urandom(8 * MiB))  # more than the window: spooled
+    _write(root, "small.txt", b"small")
     async with setup.raw() as conn, conn.start_sftp_client() as sftp:
         await sftp.listdir(".")
         idle = _open_fds()
@@ -154,6 +155,10 @@ async def test_temp_files_and_streams_are_closed_on_close_and_on_session_end(
         async with sftp.open("up.bin", "wb") as remote:
             await remote.write(b"x" * MiB, 0)
         assert _open_fds() == idle
+        async with sftp.open("small.txt", "rb") as remote:  # read whole at open, nothing held
+            assert _open_fds() == idle
+            assert (await remote.stat()).size == 5
+            assert await remote.read(100, 0) == b"small"
         # Left open when the session ends: a download half read, uploads half written.
         reading = await sftp.open("big.bin", "rb")
         await reading.read(MiB, 6 * MiB)
