@@ -47,7 +47,11 @@ from operations import (
 from ._sftpfile import SFTPFile
 from ._spool import Spool, spool_directory
 
-__all__ = ["BackendSFTPServer"]
+__all__ = ["MAX_OPEN_FILES", "BackendSFTPServer"]
+
+MAX_OPEN_FILES: Final = 64
+"""Files one SFTP session may hold open at once: each holds a backend stream and up to a few
+MiB of window (``_sftpfile.READ_WINDOW_BYTES``), so this bounds a session's memory and fds."""
 
 _TYPE_BITS: Final = {
     FileKind.FILE: (st.S_IFREG, asyncssh.FILEXFER_TYPE_REGULAR),
@@ -121,6 +125,7 @@ class BackendSFTPServer(asyncssh.SFTPServer):
         self._drain = drain
         self._root = backend.root
         self._spool_dir: str | None = None
+        self._open_files = 0
 
     # -- paths --
 
@@ -145,6 +150,16 @@ class BackendSFTPServer(asyncssh.SFTPServer):
 
     async def open(self, path: bytes, pflags: int, attrs: SFTPAttrs) -> SFTPFile:
         name = self._path(path)
+        if self._open_files >= MAX_OPEN_FILES:
+            raise asyncssh.SFTPFailure(
+                f"open {name!r}: {MAX_OPEN_FILES} files are already open in this SFTP session; "
+                "close one first"
+            )
+        opened = await self._open(name, pflags)
+        self._open_files += 1
+        return opened
+
+    async def _open(self, name: str, pflags: int) -> SFTPFile:
         writable = bool(pflags & asyncssh.FXF_WRITE)
         try:
             exists = await self._backend.exists(name)
@@ -184,7 +199,9 @@ class BackendSFTPServer(asyncssh.SFTPServer):
 
     async def close(self, file_obj: object) -> None:
         assert isinstance(file_obj, SFTPFile)
-        if _closed_by_session_end():
+        ended = _closed_by_session_end()
+        self._open_files -= 1
+        if ended:
             await file_obj.discard()  # the client went away without closing: dropped
             return
         try:

@@ -20,6 +20,7 @@ import pytest
 
 from broker import Broker
 from broker._frontends import _sftpfile, _spool
+from broker._frontends._sftp import MAX_OPEN_FILES
 from operations import Backend, GuardedBackend, Policy, Unavailable
 from tests.conformance._workspace import DiskWorkspace
 from tests.grpc._serve_process import serve_process
@@ -171,6 +172,20 @@ async def test_temp_files_and_streams_are_closed_on_close_and_on_session_end(
     assert await wait_for(lambda: _open_fds() <= idle, 5), _open_fds() - idle
     assert not _exists(root, "partial.bin")
     assert _read(root, "up.bin") == b"x" * MiB  # the unclosed rewrite is dropped
+
+
+async def test_a_session_holds_at_most_max_open_files(setup: SSHSetup, root: str) -> None:
+    _write(root, "f.txt", b"x" * (2 * MiB))
+    async with setup.raw() as conn, conn.start_sftp_client() as sftp:
+        files = [await sftp.open("f.txt", "rb") for _ in range(MAX_OPEN_FILES)]
+        with pytest.raises(asyncssh.SFTPFailure, match=r"64 files are already open .* close one"):
+            await sftp.open("f.txt", "rb")
+        await files.pop().close()
+        files.append(await sftp.open("f.txt", "rb"))
+        for file in files:
+            await file.close()
+        async with sftp.open("f.txt", "rb") as again:
+            assert await again.read(3, 0) == b"xxx"
 
 
 async def test_an_upload_over_the_write_limit_fails_and_keeps_the_old_file(
