@@ -75,7 +75,7 @@ def _open_fds() -> set[str]:
 async def test_random_reads_give_the_bytes_of_a_local_file(
     setup: SSHSetup, root: str, window: str
 ) -> None:
-    size = 3 * MiB + 12345
+    size = 9 * MiB + 12345  # more than the default window: reads back come from the spool
     data = random.Random(1).randbytes(size)
     _write(root, "data.bin", data)
     rng = random.Random(2)
