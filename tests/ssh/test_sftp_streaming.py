@@ -141,6 +141,23 @@ async def test_random_writes_give_the_bytes_of_a_local_file(
         assert os.stat(os.path.join(root, "new.bin")).st_ino == before
 
 
+async def test_asyncssh_copy_and_get_with_and_without_sparse_ranges(
+    setup: SSHSetup, root: str, tmp_path: Path
+) -> None:
+    """asyncssh's server-side copy (``copy-data``: one handle read, another written) and its
+    ``get``, which asks the open file for data ranges (``ranges@asyncssh.com``) unless told not
+    to."""
+    data = os.urandom(9 * MiB + 5)
+    _write(root, "a.bin", data)
+    async with setup.raw() as conn, conn.start_sftp_client() as sftp:
+        assert sftp.supports_remote_copy
+        await sftp.copy("a.bin", "b.bin")
+        for sparse in (True, False):
+            await sftp.get("a.bin", str(tmp_path / f"got-{sparse}"), sparse=sparse)
+            assert _read(str(tmp_path), f"got-{sparse}") == data
+    assert _read(root, "b.bin") == data
+
+
 async def test_temp_files_and_streams_are_closed_on_close_and_on_session_end(
     setup: SSHSetup, root: str
 ) -> None:
