@@ -5,10 +5,18 @@ root; this server instead hands every path to the :class:`operations.Backend`, w
 refuses ``..``, absolute paths and symlinks that lead outside. The SFTP namespace is the
 backend's: the initial directory is ``backend.root``, relative paths are taken from there.
 
-Supported: open/read/write/close (a file is read whole on open and written atomically on close),
-stat, lstat, fstat, listing a directory, mkdir, remove, rmdir, rename, posix-rename, realpath.
-Everything else (links, setstat, statvfs, locks, ...) is refused, and the base class's local
-filesystem fallback (``map_path``) refuses too, so a method added by a later asyncssh fails closed.
+Files never sit whole in memory (:mod:`._sftpfile`): a download streams from ``read_chunks``
+through a small window, spooling what the stream passed to an anonymous temp file in the
+broker's temp directory so a client may read any offset again; an upload is spooled there at
+any offset and streamed into ``write_chunks`` on close, so the replace stays atomic and the
+backend's limits (the policy's ``max_write_bytes``) apply as it streams. An upload whose session
+ends without CLOSE is dropped, never committed. A spool never takes its disk below a reserve
+of free space (:mod:`._spool`), and a read waits until the channel has sent earlier replies.
+
+Supported: open/read/write/close, stat, lstat, fstat, listing a directory, mkdir, remove, rmdir,
+rename, posix-rename, realpath. Everything else (links, setstat, statvfs, locks, ...) is refused,
+and the base class's local filesystem fallback (``map_path``) refuses too, so a method added by a
+later asyncssh fails closed.
 """
 
 from __future__ import annotations
@@ -16,8 +24,7 @@ from __future__ import annotations
 import posixpath
 import stat as st
 import sys
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Final, NoReturn
 
 import asyncssh
@@ -37,10 +44,14 @@ from operations import (
     PolicyDenied,
 )
 
-__all__ = ["MAX_SFTP_FILE_BYTES", "BackendSFTPServer"]
+from ._sftpfile import SFTPFile
+from ._spool import Spool, spool_directory
 
-MAX_SFTP_FILE_BYTES: Final = 1024 * 1024 * 1024
-"""Largest file an SFTP client may write: the broker holds it in memory until its atomic write."""
+__all__ = ["MAX_OPEN_FILES", "BackendSFTPServer"]
+
+MAX_OPEN_FILES: Final = 64
+"""Files one SFTP session may hold open at once: each holds a backend stream and up to a few
+MiB of window (``_sftpfile.READ_WINDOW_BYTES``), so this bounds a session's memory and fds."""
 
 _TYPE_BITS: Final = {
     FileKind.FILE: (st.S_IFREG, asyncssh.FILEXFER_TYPE_REGULAR),
@@ -94,24 +105,27 @@ def _refuse(what: str) -> NoReturn:
     raise asyncssh.SFTPOpUnsupported(f"{what} is not supported by the opsbroker SFTP server")
 
 
-@dataclass
-class _OpenFile:
-    """A file open through SFTP: its whole content, and whether it must be written back."""
-
-    path: str
-    data: bytearray
-    writable: bool
-    dirty: bool = False
-    stat: FileStat | None = field(default=None)
-
-
 class BackendSFTPServer(asyncssh.SFTPServer):
-    """An SFTP server whose every file operation goes through ``backend``."""
+    """An SFTP server whose every file operation goes through ``backend``.
 
-    def __init__(self, chan: asyncssh.SSHServerChannel[bytes], backend: Backend) -> None:
+    ``drain``, if given, returns once the channel's send buffer is below its high-water mark:
+    asyncssh sends replies without waiting, so a read waits for it before producing its data
+    (otherwise a client with many large reads in flight piles the file up in the buffer).
+    """
+
+    def __init__(
+        self,
+        chan: asyncssh.SSHServerChannel[bytes],
+        backend: Backend,
+        *,
+        drain: Callable[[], Awaitable[object]] | None = None,
+    ) -> None:
         super().__init__(chan)
         self._backend = backend
+        self._drain = drain
         self._root = backend.root
+        self._spool_dir: str | None = None
+        self._open_files = 0
 
     # -- paths --
 
@@ -134,8 +148,18 @@ class BackendSFTPServer(asyncssh.SFTPServer):
 
     # -- files --
 
-    async def open(self, path: bytes, pflags: int, attrs: SFTPAttrs) -> _OpenFile:
+    async def open(self, path: bytes, pflags: int, attrs: SFTPAttrs) -> SFTPFile:
         name = self._path(path)
+        if self._open_files >= MAX_OPEN_FILES:
+            raise asyncssh.SFTPFailure(
+                f"open {name!r}: {MAX_OPEN_FILES} files are already open in this SFTP session; "
+                "close one first"
+            )
+        opened = await self._open(name, pflags)
+        self._open_files += 1
+        return opened
+
+    async def _open(self, name: str, pflags: int) -> SFTPFile:
         writable = bool(pflags & asyncssh.FXF_WRITE)
         try:
             exists = await self._backend.exists(name)
@@ -145,50 +169,65 @@ class BackendSFTPServer(asyncssh.SFTPServer):
                 if not exists and not pflags & asyncssh.FXF_CREAT:
                     raise NotFound("open", name)
                 await self._backend.access(posixpath.dirname(name) or "/", writable=True)
-                return _OpenFile(name, bytearray(), writable=True, dirty=True)
-            data = bytearray(await self._backend.read_file(name))
+                return SFTPFile.upload(self._backend, name, self._spool(name))
             if writable:
                 await self._backend.access(name, writable=True)
-            return _OpenFile(name, data, writable=writable)
+            return await SFTPFile.download(
+                self._backend, name, self._spool(name), writable=writable
+            )
         except OpsError as exc:
             raise _sftp_error(exc) from None
 
     async def read(self, file_obj: object, offset: int, size: int) -> bytes:
-        assert isinstance(file_obj, _OpenFile)
-        return bytes(file_obj.data[offset : offset + size])
+        assert isinstance(file_obj, SFTPFile)
+        if self._drain is not None:
+            await self._drain()
+        try:
+            return await file_obj.read(offset, size)
+        except OpsError as exc:
+            raise _sftp_error(exc) from None
 
     async def write(self, file_obj: object, offset: int, data: bytes) -> int:
-        assert isinstance(file_obj, _OpenFile)
+        assert isinstance(file_obj, SFTPFile)
         if not file_obj.writable:
             raise asyncssh.SFTPPermissionDenied("file not open for writing")
-        end = offset + len(data)
-        if end > MAX_SFTP_FILE_BYTES:
-            raise asyncssh.SFTPFailure(f"file larger than {MAX_SFTP_FILE_BYTES} bytes")
-        buf = file_obj.data
-        if offset > len(buf):
-            buf.extend(bytes(offset - len(buf)))
-        buf[offset:end] = data
-        file_obj.dirty = True
+        try:
+            file_obj.write(offset, data)
+        except OpsError as exc:
+            raise _sftp_error(exc) from None
         return len(data)
 
     async def close(self, file_obj: object) -> None:
-        assert isinstance(file_obj, _OpenFile)
-        if _closed_by_session_end():
-            return  # the client went away without closing: an unfinished upload is dropped
-        if file_obj.writable and file_obj.dirty:
-            file_obj.dirty = False
-            try:
-                await self._backend.write_file(file_obj.path, bytes(file_obj.data))
-            except OpsError as exc:
-                raise _sftp_error(exc) from None
+        assert isinstance(file_obj, SFTPFile)
+        ended = _closed_by_session_end()
+        self._open_files -= 1
+        if ended:
+            await file_obj.discard()  # the client went away without closing: dropped
+            return
+        try:
+            await file_obj.close()
+        except OpsError as exc:
+            raise _sftp_error(exc) from None
 
     async def fstat(self, file_obj: object) -> SFTPAttrs:
-        assert isinstance(file_obj, _OpenFile)
+        assert isinstance(file_obj, SFTPFile)
+        size = file_obj.size
+        if size is None:  # a download not streamed to its end yet
+            try:
+                size = (await self._backend.stat(file_obj.path)).size
+            except OpsError as exc:
+                raise _sftp_error(exc) from None
         return SFTPAttrs(
             type=asyncssh.FILEXFER_TYPE_REGULAR,
-            size=len(file_obj.data),
+            size=size,
             permissions=st.S_IFREG | 0o644,
         )
+
+    def _spool(self, name: str) -> Spool:
+        """A spool for the file ``name`` in the broker's temp directory (found once)."""
+        if self._spool_dir is None:
+            self._spool_dir = spool_directory(self._root)
+        return Spool(self._spool_dir, "sftp", name)
 
     # -- metadata and directories --
 

@@ -439,7 +439,9 @@ class _Session(asyncssh.SSHServerSession[bytes]):
             self._sftp = SSHServerStreamSession(
                 None,
                 lambda chan: BackendSFTPServer(
-                    cast("asyncssh.SSHServerChannel[bytes]", chan), backend
+                    cast("asyncssh.SSHServerChannel[bytes]", chan),
+                    backend,
+                    drain=self._writable.wait,
                 ),
                 SFTP_VERSION,
             )

@@ -78,6 +78,10 @@ def _read(root: str, rel: str) -> bytes:
     return Path(root, rel).read_bytes()
 
 
+def _write(root: str, rel: str, data: bytes) -> None:
+    Path(root, rel).write_bytes(data)
+
+
 def _exists(root: str, rel: str) -> bool:
     return os.path.lexists(os.path.join(root, rel))
 
@@ -158,6 +162,30 @@ async def test_sftp_put_get_list_rename_remove(
     code, _, err = await sftp(setup, tmp_path, "rm sub/moved.bin\nrmdir sub\n")
     assert code == 0, err
     assert not _exists(root, "sub")
+
+
+async def test_sftp_large_put_get_and_resume(
+    setup: SSHSetup, tmp_path: Path, dirs: tuple[str, str]
+) -> None:
+    """A file of many chunks both ways, byte-identical; then a partial remote file completed by
+    ``reput`` (writes over existing content at an offset) and a partial local one by ``reget``
+    (a first read far into the file)."""
+    root, _ = dirs
+    data = os.urandom(9 * 1024 * 1024 + 4321)
+    local, fetched = tmp_path / "large.bin", tmp_path / "large.got"
+    local.write_bytes(data)
+    code, _, err = await sftp(setup, tmp_path, f"put {local} large.bin\nget large.bin {fetched}\n")
+    assert code == 0, err
+    assert _read(root, "large.bin") == data
+    assert fetched.read_bytes() == data
+    _write(root, "large.bin", data[: 3 * 1024 * 1024 + 7])
+    fetched.write_bytes(data[: 6 * 1024 * 1024 + 3])
+    code, _, err = await sftp(
+        setup, tmp_path, f"reput {local} large.bin\nreget large.bin {fetched}\n"
+    )
+    assert code == 0, err
+    assert _read(root, "large.bin") == data
+    assert fetched.read_bytes() == data
 
 
 @pytest.mark.parametrize(
