@@ -6,12 +6,12 @@ refuses ``..``, absolute paths and symlinks that lead outside. The SFTP namespac
 backend's: the initial directory is ``backend.root``, relative paths are taken from there.
 
 Files never sit whole in memory (:mod:`._sftpfile`): a download streams from ``read_chunks``
-through a small window, spooling what the stream passed to an anonymous temp file in the
-broker's temp directory so a client may read any offset again; an upload is spooled there at
-any offset and streamed into ``write_chunks`` on close, so the replace stays atomic and the
-backend's limits (the policy's ``max_write_bytes``) apply as it streams. An upload whose session
-ends without CLOSE is dropped, never committed. A spool never takes its disk below a reserve
-of free space (:mod:`._spool`), and a read waits until the channel has sent earlier replies.
+through a small window (a read behind it reads the file again from its start); an upload is
+spooled to an anonymous temp file in the broker's temp directory at any offset and streamed into
+``write_chunks`` on close, so the replace stays atomic and the backend's limits (the policy's
+``max_write_bytes``) apply as it streams. An upload whose session ends without CLOSE is dropped,
+never committed. A spool never takes its disk below a reserve of free space (:mod:`._spool`),
+and a read waits until the channel has sent earlier replies.
 
 Supported: open/read/write/close, stat, lstat, fstat, listing a directory, mkdir, remove, rmdir,
 rename, posix-rename, realpath. Everything else (links, setstat, statvfs, locks, ...) is refused,

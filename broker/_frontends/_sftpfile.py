@@ -2,9 +2,9 @@
 
 A download streams from the backend (``read_chunks``). Clients read in offset order (OpenSSH
 ``sftp`` and asyncssh keep several reads in flight, but the server answers them one at a time),
-so a read is answered from a small in-memory window at the stream's head; what the stream has
-passed goes to a :class:`~._spool.Spool`, so a read behind the window (a seek back) is answered
-from there, and a read ahead of it pulls the stream forward. An upload goes to a spool at any
+so a read is answered from a small in-memory window at the stream's head, and a read ahead of it
+pulls the stream forward; a read behind the window (a seek back) reads the file again from its
+start. A download keeps nothing on disk. An upload goes to a :class:`~._spool.Spool` at any
 offset and reaches the backend on close as one ``write_chunks`` stream: the replace is atomic.
 """
 
@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import AsyncGenerator
 from typing import Final
 
-from operations import Aborted, Backend, OpsError, read_chunks, write_chunks
+from operations import Aborted, Backend, read_chunks, write_chunks
 
 from ._spool import Spool
 
@@ -30,8 +30,8 @@ MAX_READ_REPLY_BYTES: Final = 4 * 1024 * 1024
 client asking for gigabytes at once gets them in pieces, not in one allocation."""
 
 READ_WINDOW_BYTES: Final = MAX_READ_REPLY_BYTES + READ_PIECE_BYTES
-"""Bytes of a download kept in memory at the stream's head (older ones go to the spool): the
-largest read, plus the piece that overshot it, so reads in order never touch the spool."""
+"""Bytes of a download kept in memory at the stream's head: the largest read, plus the piece
+that overshot it, so reads in order never read the file again."""
 
 _NO_HOLE: Final = 2**63 - 1  # SEEK_HOLE before the end is known: past any offset a client asks
 
@@ -54,7 +54,6 @@ class SFTPFile:
         self._streamed = 0
         self._dirty = False
         self._failed: BaseException | None = None  # the stream's error, raised again on reads
-        self._spool_failed: OpsError | None = None  # why the spool stopped taking what passed
 
     @classmethod
     async def download(
@@ -68,16 +67,17 @@ class SFTPFile:
         whole first (writes land on it, reads see them).
         """
         opened = cls(backend, path, spool, writable=writable)
-        opened._stream = read_chunks(backend, path, READ_PIECE_BYTES)
         try:
-            await opened._pull(READ_PIECE_BYTES)
             if writable:
-                await opened._pull(None)
-                if opened._spool_failed is not None:
-                    raise opened._spool_failed
-                while opened._window:
-                    spool.append(opened._window.popleft())
-                opened._window_bytes = 0
+                pieces = read_chunks(backend, path, READ_PIECE_BYTES)
+                try:
+                    async for piece in pieces:
+                        spool.append(piece)
+                finally:
+                    await pieces.aclose()
+            else:
+                opened._stream = read_chunks(backend, path, READ_PIECE_BYTES)
+                await opened._pull(READ_PIECE_BYTES)
         except BaseException:
             await opened.discard()
             raise
@@ -99,20 +99,19 @@ class SFTPFile:
 
     async def read(self, offset: int, size: int) -> bytes:
         """Up to ``size`` bytes at ``offset``; ``b""`` at or past the end."""
-        end = offset + min(size, MAX_READ_REPLY_BYTES)
         if self.writable:
-            return self._spool.read(offset, end - offset)
+            return self._spool.read(offset, min(size, MAX_READ_REPLY_BYTES))
+        # Never more than the window can hold past the piece that overshoots (a short read).
+        end = offset + min(size, MAX_READ_REPLY_BYTES, READ_WINDOW_BYTES - READ_PIECE_BYTES)
+        if offset < self._streamed - self._window_bytes:
+            await self._restart()  # behind the window: read the file again from its start
         await self._pull(end)
         end = min(end, self._streamed)
         if offset >= end:
             return b""
-        head = self._streamed - self._window_bytes  # where the window starts
-        parts: list[bytes | memoryview] = []
-        if offset < head:
-            if self._spool_failed is not None and min(end, head) > self._spool.size:
-                raise self._spool_failed  # read back where the spool could not follow
-            parts.append(self._spool.read(offset, min(end, head) - offset))
-        start = head
+        # The window holds the largest read and more: [offset, end) lies inside it.
+        parts: list[memoryview] = []
+        start = self._streamed - self._window_bytes
         for piece in self._window:  # a few pieces: the window is a few MiB
             stop = start + len(piece)
             if stop > offset and start < end:
@@ -186,18 +185,17 @@ class SFTPFile:
                 return
             self._window.append(piece)
             self._window_bytes += len(piece)
-            # Older pieces go to the spool while the rest still fills the window.
             while self._window_bytes - len(self._window[0]) >= READ_WINDOW_BYTES:
-                oldest = self._window.popleft()
-                self._window_bytes -= len(oldest)
-                self._spill(oldest)
+                self._window_bytes -= len(self._window.popleft())
             self._streamed += len(piece)
 
-    def _spill(self, data: bytes) -> None:
-        """Spool bytes leaving the window. If the spool fails (its disk is full), reads in order
-        go on; only a read back into what was not spooled fails, with the spool's error."""
-        if self._spool_failed is None:
-            try:
-                self._spool.append(data)
-            except OpsError as exc:
-                self._spool_failed = exc
+    async def _restart(self) -> None:
+        """Drop the stream and the window, and open the file's stream again at its start."""
+        if self._failed is not None:
+            raise self._failed
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            await stream.aclose()
+        self._window.clear()
+        self._window_bytes = self._streamed = 0
+        self._stream = read_chunks(self._backend, self.path, READ_PIECE_BYTES)

@@ -1,8 +1,8 @@
 """Bytes at any offsets, kept in an anonymous temporary file instead of in memory.
 
 The SFTP server spools an upload here until the client closes it (writes come at any offset;
-the backend's atomic replace takes one stream), and what a download's stream has passed (a
-client may read any offset again). The file has no name (``tempfile.TemporaryFile``: ``O_TMPFILE``
+the backend's atomic replace takes one stream), and the content of a file opened for writing
+without truncation. The file has no name (``tempfile.TemporaryFile``: ``O_TMPFILE``
 on Linux), lives in the broker's temp directory, never under the workspace root, and is gone
 once closed, even if the broker dies.
 """
