@@ -81,11 +81,16 @@ class ProcStat:
     pgrp: int
     sid: int
     starttime: int
+    flags: int = 0
 
     @property
     def alive(self) -> bool:
         """False for zombies and dead tasks: they hold no resources a kill could free."""
         return self.state not in ("Z", "X", "x")
+
+    @property
+    def kernel_thread(self) -> bool:
+        return bool(self.flags & _PF_KTHREAD)
 
 
 def _read_small(path: str) -> bytes | None:
@@ -112,6 +117,7 @@ def _parse_stat(pid: int, raw: bytes) -> ProcStat | None:
             pgrp=int(fields[2]),
             sid=int(fields[3]),
             starttime=int(fields[19]),
+            flags=int(fields[6]),
         )
     except (IndexError, ValueError):
         return None
@@ -167,10 +173,8 @@ def own_children() -> list[int] | None:
         tasks = os.listdir("/proc/self/task")
         children: list[int] = []
         for tid in tasks:
-            listed = _read_file(f"/proc/self/task/{tid}/children")
-            if listed is None:
-                return None
-            children.extend(map(int, listed.split()))
+            with open(f"/proc/self/task/{tid}/children", "rb", buffering=0) as f:
+                children.extend(map(int, f.read().split()))
         if os.listdir("/proc/self/task") != tasks:
             return None
     except (OSError, ValueError):
@@ -201,33 +205,14 @@ def read_cookie(pid: int) -> bytes | None:
                 if item.startswith(key):
                     return item[len(key) :]
             return None
-        if not _user_process(pid):
-            return None
+        st = read_stat(pid)
+        if st is None or not st.alive or st.kernel_thread:
+            return None  # gone, a zombie or a kernel thread: empty for good
         now = time.monotonic()
         deadline = deadline or now + EXEC_SETTLE_S
         if now >= deadline:
             return None
         os.sched_yield()
-
-
-def _user_process(pid: int) -> bool:
-    """Whether ``pid`` is a live process with a user space: not a zombie, not a kernel thread
-    (both show an empty environment for good)."""
-    raw = _read_file(f"/proc/{pid}/stat")
-    fields = raw[raw.rfind(b")") + 2 :].split(maxsplit=7) if raw else []
-    try:
-        return fields[0] not in (b"Z", b"X", b"x") and not int(fields[6]) & _PF_KTHREAD
-    except (IndexError, ValueError):
-        return False
-
-
-def _read_file(path: str) -> bytes | None:
-    """The whole content of a ``/proc`` file, ``None`` when the process is gone or unreadable."""
-    try:
-        with open(path, "rb", buffering=0) as f:
-            return f.read()
-    except OSError:
-        return None
 
 
 def has_pidfd() -> bool:
