@@ -21,6 +21,7 @@ import pydantic
 
 from operations import OpsError
 
+from ._malloc import tune_allocator
 from ._serve import (
     DEFAULT_GRPC_ADDRESS,
     BrokerConfig,
@@ -146,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
     )
     try:
         config = _config(args)
+        tune_allocator()  # before the first large buffer: streamed reads reuse heap pages
         asyncio.run(_serve(config))
     except _Usage as exc:
         return _fail(f"{exc} (see 'opsbroker serve --help')", 2)

@@ -35,6 +35,7 @@ from opsbroker.v1.codec import (
     stat_from_wire,
 )
 
+from broker import _malloc
 from broker._frontends._sshframe import (
     DEFAULT_MAX_FRAME_SIZE,
     NEED_DATA,
@@ -85,13 +86,13 @@ PREFERRED_CIPHERS: Final = (
 ChaCha20-Poly1305, costs about 40% more per call here). Override with ``encryption_algs=``."""
 
 MAX_IDLE_CHANNELS: Final = 16
+"""Channels kept open for reuse; more concurrent calls open more, and close them afterwards."""
 
 CHANNEL_WINDOW: Final = 8 * 1024 * 1024
 """Bytes the broker may send on a channel before we acknowledge: room for a fast stream."""
 
 CHANNEL_MAX_PACKET: Final = 256 * 1024
 """Largest SSH packet we accept: fewer packets per MiB (the broker accepts as much)."""
-"""Channels kept open for reuse; more concurrent calls open more, and close them afterwards."""
 
 
 class _ChannelSession(asyncssh.SSHClientSession[bytes]):
@@ -238,6 +239,9 @@ class SSHBackend:
         known_hosts: the known_hosts file (or asyncssh's other forms) that must vouch for the
             broker's host key; ``None`` disables host key checking (tests only).
         max_frame_size: the largest frame accepted from the broker.
+        tune_allocator: set glibc's allocator thresholds for large transfers when connecting
+            (:func:`broker._malloc.tune_allocator`: process-wide; without it a large read can
+            page-fault on every copy and run at a third of the speed).
         options: more ``asyncssh.connect`` options.
     """
 
@@ -250,6 +254,7 @@ class SSHBackend:
         client_keys: Any = (),
         known_hosts: Any = (),
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        tune_allocator: bool = True,
         **options: Any,
     ) -> None:
         self._host = host
@@ -258,6 +263,7 @@ class SSHBackend:
         self._client_keys = client_keys
         self._known_hosts = known_hosts
         self._max_frame_size = max_frame_size
+        self._tune_allocator = tune_allocator
         self._options = options
         self._conn: asyncssh.SSHClientConnection | None = None
         self._connecting: asyncio.Lock | None = None
@@ -296,6 +302,8 @@ class SSHBackend:
             if self._closed:
                 raise Unavailable("connect", None, "the backend is closed")
             where = f"ssh://{self._host}:{self._port}"
+            if self._tune_allocator:
+                _malloc.tune_allocator()
             try:
                 self._conn = await asyncssh.connect(
                     self._host,

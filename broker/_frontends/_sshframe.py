@@ -370,7 +370,8 @@ class FrameConnection:
                 raise LocalProtocolError("frame length 0 has no kind")
             if len(buffer) >= 4 + length:
                 kind = buffer[4]
-                body = bytes(buffer[5 : 4 + length])
+                with memoryview(buffer) as view:  # one copy of the body, not two
+                    body = view[5 : 4 + length].tobytes()
                 del buffer[: 4 + length]
                 return _decode_body(kind, body)
         if self._eof:

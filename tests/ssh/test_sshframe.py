@@ -285,3 +285,20 @@ def test_the_table_covers_every_state_and_kind() -> None:
 def test_max_frame_size_must_be_positive() -> None:
     with pytest.raises(ValueError, match="max_frame_size must be >= 1, got 0"):
         FrameConnection(CLIENT, max_frame_size=0)
+
+
+@pytest.mark.parametrize("piece", [1000, 65536, 262144 + 7])
+def test_large_messages_in_any_pieces_arrive_intact(piece: int) -> None:
+    """Bodies are copied out of the receive buffer (which keeps growing and shrinking after
+    each frame, so no view of it may outlive the extraction)."""
+    states = {CLIENT: State.DONE, SERVER: State.SEND}
+    sender = _conn(SERVER, states)
+    receiver = _conn(CLIENT, states)
+    bodies = [bytes([n]) * (256 * 1024 + n) for n in range(4)]
+    wire = b"".join(sender.send(Message(body)) for body in bodies) + sender.send(End())
+    got: list[Event] = []
+    for start in range(0, len(wire), piece):
+        receiver.receive_data(wire[start : start + piece])
+        got += _events(receiver)
+    assert got == [*(Message(body) for body in bodies), End()]
+    assert isinstance(got[0], Message) and type(got[0].message) is bytes
