@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import io
 import os
 import urllib.parse
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -440,13 +441,16 @@ class SSHBackend:
 
     async def read_file(self, path: str) -> bytes:
         path = _text("read_file", path)
-        parts = []
+        # As in the gRPC backend: each piece is copied once, into the buffer whose bytes are
+        # returned (getvalue() hands them over without another copy), and received messages
+        # are released as they come instead of being held until a final join.
+        content = io.BytesIO()
         async with self._call("ReadFile", pb.PathRequest(path=path), path) as call:
             while (data := await call.receive()) is not None:
                 chunk = pb.Chunk()
                 chunk.ParseFromString(data)
-                parts.append(chunk.data)
-        return b"".join(parts)
+                content.write(chunk.data)
+        return content.getvalue()
 
     async def access(self, path: str, *, writable: bool = False) -> None:
         path = _text("access", path)
