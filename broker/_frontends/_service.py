@@ -88,11 +88,24 @@ class Service:
     Args:
         backend: where the work happens (the broker core, or any Operations backend).
         max_upload_bytes: the most bytes a WriteFile may stream in before it is refused.
+        read_chunk_bytes: the size of ReadFile's pieces, at most ``CHUNK_BYTES`` (a transport
+            picks the size whose messages fit its packets).
     """
 
-    def __init__(self, backend: Backend, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES):
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES,
+        read_chunk_bytes: int = CHUNK_BYTES,
+    ):
+        if not 0 < read_chunk_bytes <= CHUNK_BYTES:
+            raise ValueError(
+                f"read_chunk_bytes must be in 1..{CHUNK_BYTES}, got {read_chunk_bytes}"
+            )
         self.backend = backend
         self.max_upload_bytes = max_upload_bytes
+        self.read_chunk_bytes = read_chunk_bytes
         self._running: set[AbortController] = set()
         self._runs: Runs[str] = Runs()  # Run calls by abort_id (one connection, one principal)
 
@@ -110,7 +123,7 @@ class Service:
 
     async def ReadFile(self, request: bytes, call: Call) -> None:
         path = parse(pb.PathRequest, request, "read_file").path
-        async for chunk in read_chunks(self.backend, path, CHUNK_BYTES):
+        async for chunk in read_chunks(self.backend, path, self.read_chunk_bytes):
             await call.send(pb.Chunk(data=chunk))
 
     async def ReadSmallFile(self, request: bytes, call: Call) -> None:

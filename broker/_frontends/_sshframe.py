@@ -40,6 +40,7 @@ from typing import ClassVar, Final
 
 __all__ = [
     "DEFAULT_MAX_FRAME_SIZE",
+    "HEADER_BYTES",
     "NEED_DATA",
     "TRANSITIONS",
     "Cancel",
@@ -64,6 +65,9 @@ MAX_METHOD_LENGTH: Final = 64
 """Longest method name: names are short identifiers, a longer one is a corrupt frame."""
 
 _HEADER = struct.Struct(">IB")
+
+HEADER_BYTES: Final = _HEADER.size
+"""Bytes a frame adds before its body (length and kind)."""
 
 
 class ProtocolError(Exception):

@@ -15,8 +15,10 @@ from opsbroker.v1 import broker_pb2 as pb
 from opsbroker.v1 import codec
 
 from agent_side import connect
+from agent_side._remote import ssh as ssh_client
 from agent_side._remote.ssh import SSHBackend
 from broker import Broker
+from broker._frontends._service import Service
 from broker._frontends._sshframe import (
     NEED_DATA,
     Cancel,
@@ -24,10 +26,17 @@ from broker._frontends._sshframe import (
     EndOfInput,
     Event,
     FrameConnection,
+    Message,
     Request,
     Role,
+    State,
 )
-from broker._frontends.ssh import NO_SHELL_MESSAGE, load_or_create_host_key
+from broker._frontends.ssh import (
+    COALESCE_BYTES,
+    NO_SHELL_MESSAGE,
+    READ_CHUNK_BYTES,
+    load_or_create_host_key,
+)
 from operations import (
     AbortController,
     Backend,
@@ -103,6 +112,37 @@ async def test_same_results_as_the_core(tmp_path: Path, dirs: tuple[str, str]) -
         with pytest.raises(InvalidArgument):
             [m async for m in remote.search("(", root)]
     assert tree_digest(outside) == before
+
+
+def test_a_read_piece_fills_one_packet_of_our_client() -> None:
+    """ReadFile's pieces, framed, are exactly one SSH packet of the client's size (a 9-byte spill
+    would cost a second packet per piece) and are written at once, not held for coalescing."""
+    frames = FrameConnection(Role.SERVER)
+    frames.states.update({Role.CLIENT: State.DONE, Role.SERVER: State.SEND})
+    piece = pb.Chunk(data=bytes(READ_CHUNK_BYTES)).SerializeToString()
+    wire = frames.send(Message(piece))
+    assert len(wire) == ssh_client.CHANNEL_MAX_PACKET
+    assert len(wire) >= COALESCE_BYTES
+    assert READ_CHUNK_BYTES <= codec.CHUNK_BYTES  # what Capabilities advertises
+
+
+async def test_large_reads_arrive_whole(tmp_path: Path, dirs: tuple[str, str]) -> None:
+    """Files around and across the piece size, and one of many pieces, read back intact."""
+    root, _ = dirs
+    sizes = [READ_CHUNK_BYTES - 1, READ_CHUNK_BYTES, READ_CHUNK_BYTES + 1, 5 * 1024 * 1024 + 3]
+    blobs = {size: os.urandom(size) for size in sizes}
+    for size, blob in blobs.items():
+        (tmp_path / "ROOT" / f"b{size}").write_bytes(blob)
+    async with broker_over_ssh(tmp_path, root) as (_, client):
+        for size, blob in blobs.items():
+            assert await client.read_file(f"{root}/b{size}") == blob
+
+
+async def test_service_read_chunk_bytes_is_bounded(tmp_path: Path) -> None:
+    async with Broker(str(tmp_path)) as broker:
+        for bad in (0, codec.CHUNK_BYTES + 1):
+            with pytest.raises(ValueError, match="read_chunk_bytes"):
+                Service(broker, read_chunk_bytes=bad)
 
 
 async def test_writes_large_files_and_many_calls_at_once(
