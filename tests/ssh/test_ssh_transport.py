@@ -32,6 +32,7 @@ from broker._frontends._sshframe import (
     State,
 )
 from broker._frontends.ssh import (
+    CHANNEL_MAX_PACKET,
     COALESCE_BYTES,
     NO_SHELL_MESSAGE,
     READ_CHUNK_BYTES,
@@ -124,6 +125,14 @@ def test_a_read_piece_fills_one_packet_of_our_client() -> None:
     assert len(wire) == ssh_client.CHANNEL_MAX_PACKET
     assert len(wire) >= COALESCE_BYTES
     assert READ_CHUNK_BYTES <= codec.CHUNK_BYTES  # what Capabilities advertises
+
+
+def test_a_write_piece_fills_one_packet_of_the_broker() -> None:
+    """WriteFile's pieces after the first, framed, are exactly one SSH packet of the broker's."""
+    frames = FrameConnection(Role.CLIENT)
+    frames.states.update({Role.CLIENT: State.SEND, Role.SERVER: State.SEND})
+    piece = pb.WriteFileRequest(data=bytes(ssh_client.WRITE_CHUNK_BYTES)).SerializeToString()
+    assert len(frames.send(Message(piece))) == CHANNEL_MAX_PACKET
 
 
 async def test_large_reads_arrive_whole(tmp_path: Path, dirs: tuple[str, str]) -> None:
