@@ -67,7 +67,7 @@ from operations import (
     Unavailable,
 )
 
-__all__ = ["CANCEL_WAIT_S", "MAX_IDLE_CHANNELS", "SSHBackend", "WRITE_CHUNK_BYTES", "open_ssh_url"]
+__all__ = ["CANCEL_WAIT_S", "MAX_IDLE_CHANNELS", "WRITE_CHUNK_BYTES", "SSHBackend", "open_ssh_url"]
 
 M = TypeVar("M", bound=ProtoMessage)
 
