@@ -246,8 +246,8 @@ class SSHBackend:
             broker's host key; ``None`` disables host key checking (tests only).
         max_frame_size: the largest frame accepted from the broker.
         tune_allocator: set glibc's allocator thresholds for large transfers when connecting
-            (:func:`broker._malloc.tune_allocator`: process-wide; without it a large read can
-            page-fault on every copy and run at a third of the speed).
+            (:func:`broker._malloc.tune_allocator`). Off by default: the setting is process-wide,
+            the embedding application's to make; on, large transfers fault less here.
         options: more ``asyncssh.connect`` options.
     """
 
@@ -260,7 +260,7 @@ class SSHBackend:
         client_keys: Any = (),
         known_hosts: Any = (),
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
-        tune_allocator: bool = True,
+        tune_allocator: bool = False,
         **options: Any,
     ) -> None:
         self._host = host
