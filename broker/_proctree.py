@@ -82,6 +82,9 @@ class ProcStat:
     sid: int
     starttime: int
     flags: int = 0
+    env_start: int = 0
+    """Where the environment starts in memory; 0 while ``execve`` has not set it up yet (or
+    for a process whose memory this one may not read)."""
 
     @property
     def alive(self) -> bool:
@@ -118,6 +121,7 @@ def _parse_stat(pid: int, raw: bytes) -> ProcStat | None:
             sid=int(fields[3]),
             starttime=int(fields[19]),
             flags=int(fields[6]),
+            env_start=int(fields[47]) if len(fields) > 47 else 0,
         )
     except (IndexError, ValueError):
         return None
@@ -185,20 +189,23 @@ def own_children() -> list[int] | None:
 def read_cookie(pid: int) -> bytes | None:
     """The value of ``OPSBROKER_EXEC_ID`` in a process's environment, if it has one.
 
-    A process caught inside ``execve`` shows no environment (or ``ESRCH``) for a moment; it is
-    read again, for up to :data:`EXEC_SETTLE_S`, rather than taken for one without a cookie,
-    which would let a command's process that happens to be exec'ing escape a sweep. Only a live
-    process whose environment stays empty (``env -i``) costs that wait.
+    A process caught inside ``execve`` shows no environment (or ``ESRCH``) for a moment, until
+    the kernel has set up its new one (``env_start`` in its stat is 0 until then); it is read
+    again, for up to :data:`EXEC_SETTLE_S`, rather than taken for one without a cookie, which
+    would let a command's process that happens to be exec'ing escape a sweep. A process whose
+    environment is set up and empty (``env -i``) costs no wait.
     """
     deadline = None
+    settled = False  # the stat said the environment is set up: one more read decides
     while True:
+        in_exec = False
         try:
             with open(f"/proc/{pid}/environ", "rb", buffering=0) as f:
                 environ = f.read()
         except (FileNotFoundError, PermissionError):
             return None  # gone, or not ours to read
         except OSError:
-            environ = b""  # ESRCH: inside execve
+            environ, in_exec = b"", True  # ESRCH: inside execve
         if environ:
             key = COOKIE_VAR.encode() + b"="
             for item in environ.split(b"\0"):
@@ -207,7 +214,12 @@ def read_cookie(pid: int) -> bytes | None:
             return None
         st = read_stat(pid)
         if st is None or not st.alive or st.kernel_thread:
-            return None  # gone, a zombie or a kernel thread: empty for good
+            return None  # gone, a zombie or a kernel thread
+        if st.env_start and not in_exec:
+            if settled:
+                return None  # an environment set up empty (env -i)
+            settled = True  # the read may have met the old memory on its way out: read again
+            continue
         now = time.monotonic()
         deadline = deadline or now + EXEC_SETTLE_S
         if now >= deadline:

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 import broker._process as process_module
+import broker._proctree as _proctree
 from broker._process import ProcessManager
 from broker._proctree import COOKIE_VAR, own_children, read_cookie, read_stat
 from broker._shell import bash_argv
@@ -165,3 +166,26 @@ def test_a_cookie_is_read_through_an_exec(tmp_path: Path) -> None:
         proc.wait()
     assert reads > REEXECS
     assert missed == 0
+
+
+def test_an_empty_environment_is_not_waited_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process started with no environment at all (``env -i``) has no cookie at once: a
+    command that starts many could otherwise stall every sweep by the exec wait each."""
+    yields = 0
+
+    def counted() -> None:
+        nonlocal yields
+        yields += 1
+
+    proc = subprocess.Popen(["sleep", "30"], env={})
+    try:
+        for _ in range(1000):  # until its exec is done
+            if (st := read_stat(proc.pid)) is not None and st.env_start:
+                break
+            time.sleep(0.002)
+        monkeypatch.setattr(_proctree.os, "sched_yield", counted)
+        assert [read_cookie(proc.pid) for _ in range(50)] == [None] * 50
+    finally:
+        proc.kill()
+        proc.wait()
+    assert yields == 0
