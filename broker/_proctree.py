@@ -48,7 +48,7 @@ COOKIE_VAR = "OPSBROKER_EXEC_ID"
 _OWNED_COOKIE = re.compile(rb"(\d+-\d+-\d+)-[0-9a-f]+\.[0-9a-f]+\Z")
 """A cookie: ``<owner_id()>-<manager token>.<command id>``."""
 
-EXEC_SETTLE_S = 0.01
+EXEC_SETTLE_S = 0.02
 """How long a cookie read waits for a process caught inside ``execve`` to show its environment."""
 
 PIDFD_SIGNAL_PROCESS_GROUP = 1 << 2
@@ -196,7 +196,7 @@ def read_cookie(pid: int) -> bytes | None:
     environment is set up and empty (``env -i``) costs no wait.
     """
     deadline = None
-    settled = False  # the stat said the environment is set up: one more read decides
+    seen_env_start = 0  # the environment last seen set up: a second empty read confirms it
     while True:
         in_exec = False
         try:
@@ -215,16 +215,18 @@ def read_cookie(pid: int) -> bytes | None:
         st = read_stat(pid)
         if st is None or not st.alive or st.kernel_thread:
             return None  # gone, a zombie or a kernel thread
-        if st.env_start and not in_exec:
-            if settled:
-                return None  # an environment set up empty (env -i)
-            settled = True  # the read may have met the old memory on its way out: read again
-            continue
+        settled = bool(st.env_start) and not in_exec
+        if settled and st.env_start == seen_env_start:
+            return None  # an environment set up empty (env -i), read twice
         now = time.monotonic()
         deadline = deadline or now + EXEC_SETTLE_S
         if now >= deadline:
             return None
-        os.sched_yield()
+        if settled:
+            # The read may have met the old memory on its way out: one more read, at once.
+            seen_env_start = st.env_start
+        else:
+            os.sched_yield()  # inside execve: let it finish
 
 
 def has_pidfd() -> bool:
