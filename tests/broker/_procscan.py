@@ -3,7 +3,9 @@ the test puts in the command's environment, never by asking the process manager.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import time
 import uuid
@@ -98,3 +100,12 @@ def kill_and_reap(proc: subprocess.Popen[str]) -> None:
         proc.wait()
     if proc.stdout is not None:
         proc.stdout.close()
+
+
+def kill_pids(pids: list[int]) -> None:
+    """SIGKILL ``pids``, reaping those that are this process's children."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)

@@ -20,7 +20,7 @@ from pathlib import Path
 from broker._process import ProcessManager
 from broker._proctree import COOKIE_VAR, owner_id, pid_namespace
 
-from ._procscan import MARK_VAR, all_gone, kill_and_reap, new_marker, survivors
+from ._procscan import MARK_VAR, all_gone, kill_and_reap, kill_pids, new_marker, survivors
 
 REPO = Path(__file__).resolve().parents[2]
 WAIT_S = 10.0
@@ -73,11 +73,6 @@ def _start_broker(marker: str, then: str) -> subprocess.Popen[str]:
     return proc
 
 
-def _kill_marked(marker: str) -> None:
-    for pid in survivors(marker):
-        os.kill(pid, signal.SIGKILL)
-
-
 def test_a_new_manager_kills_what_a_killed_broker_left() -> None:
     marker = new_marker()
     proc = _start_broker(marker, "wait")
@@ -94,7 +89,7 @@ def test_a_new_manager_kills_what_a_killed_broker_left() -> None:
             asyncio.run(pm.aclose())
     finally:
         kill_and_reap(proc)
-        _kill_marked(marker)
+        kill_pids(survivors(marker))
 
 
 def test_a_manager_never_closed_kills_its_commands_at_exit() -> None:
@@ -105,7 +100,7 @@ def test_a_manager_never_closed_kills_its_commands_at_exit() -> None:
         assert all_gone(marker), survivors(marker)
     finally:
         kill_and_reap(proc)
-        _kill_marked(marker)
+        kill_pids(survivors(marker))
 
 
 def test_the_commands_of_a_live_broker_are_left_alone() -> None:
@@ -118,7 +113,7 @@ def test_the_commands_of_a_live_broker_are_left_alone() -> None:
         assert sorted(survivors(marker)) == before
     finally:
         kill_and_reap(proc)  # SIGKILL: its commands are left, and cleaned below
-        _kill_marked(marker)
+        kill_pids(survivors(marker))
 
 
 def test_a_broker_started_by_a_dead_brokers_command_spares_itself() -> None:

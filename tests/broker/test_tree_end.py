@@ -9,10 +9,8 @@ gets, and that orphans exiting around the shell's exit leave neither survivors n
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import random
-import signal
 import subprocess
 import time
 from pathlib import Path
@@ -26,7 +24,7 @@ from broker._proctree import COOKIE_VAR, own_children, read_cookie, read_stat
 from broker._shell import bash_argv
 from operations import ExecResult
 
-from ._procscan import marked_env, new_marker, survivors, survivors_by_cmdline
+from ._procscan import kill_pids, marked_env, new_marker, survivors, survivors_by_cmdline
 from .conftest import MODES, make_manager
 
 pytestmark = pytest.mark.anyio
@@ -48,14 +46,6 @@ async def fallback(request: pytest.FixtureRequest) -> ProcessManager:
 def _unique_seconds() -> str:
     """A sleep argument no other process has, to find a process that dropped its environment."""
     return f"{1000 + random.randrange(10**6) / 10**6:.6f}"
-
-
-def _kill(pids: list[int]) -> None:
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, 0)
 
 
 def _zombie_child() -> subprocess.Popen[bytes]:
@@ -85,7 +75,7 @@ async def test_session_member_under_an_escaped_parent_is_killed(
         if mode.startswith("cgroup"):
             assert survivors_by_cmdline(seconds) == []
     finally:
-        _kill(survivors_by_cmdline(seconds))
+        kill_pids(survivors_by_cmdline(seconds))
 
 
 async def test_a_plain_command_needs_no_sweep(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,3 +93,16 @@ async def broker_over_ssh(tmp_path: Path, root: str) -> AsyncIterator[tuple[SSHS
         setup.backend() as client,
     ):
         yield setup, client
+
+
+def read_in(root: str, rel: str) -> bytes:
+    """The bytes of ``rel`` under the workspace ``root``, read directly (not through the broker)."""
+    return Path(root, rel).read_bytes()
+
+
+def write_in(root: str, rel: str, data: bytes) -> None:
+    Path(root, rel).write_bytes(data)
+
+
+def exists_in(root: str, rel: str) -> bool:
+    return os.path.lexists(os.path.join(root, rel))

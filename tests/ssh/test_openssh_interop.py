@@ -17,7 +17,14 @@ import pytest
 
 from broker import Broker
 from tests.conformance._workspace import DiskWorkspace, tree_digest
-from tests.ssh._harness import SSHSetup, make_keys, serve_over_ssh
+from tests.ssh._harness import (
+    SSHSetup,
+    exists_in,
+    make_keys,
+    read_in,
+    serve_over_ssh,
+    write_in,
+)
 from tests.ssh._procs import marker, pids_with, wait_for
 
 SSH = shutil.which("ssh") or "/usr/bin/ssh"
@@ -72,18 +79,6 @@ async def sftp(setup: SSHSetup, tmp_path: Path, script: str) -> tuple[int, str, 
     return await _run(
         SFTP, *_options(setup), "-P", str(setup.port), "-b", str(batch), "agent@127.0.0.1"
     )
-
-
-def _read(root: str, rel: str) -> bytes:
-    return Path(root, rel).read_bytes()
-
-
-def _write(root: str, rel: str, data: bytes) -> None:
-    Path(root, rel).write_bytes(data)
-
-
-def _exists(root: str, rel: str) -> bool:
-    return os.path.lexists(os.path.join(root, rel))
 
 
 @pytest.fixture
@@ -157,11 +152,11 @@ async def test_sftp_put_get_list_rename_remove(
     assert code == 0, err
     assert "moved.bin" in out
     assert fetched.read_bytes() == data
-    assert _read(root, "sub/moved.bin") == data
-    assert not _exists(root, "empty")
+    assert read_in(root, "sub/moved.bin") == data
+    assert not exists_in(root, "empty")
     code, _, err = await sftp(setup, tmp_path, "rm sub/moved.bin\nrmdir sub\n")
     assert code == 0, err
-    assert not _exists(root, "sub")
+    assert not exists_in(root, "sub")
 
 
 async def test_sftp_large_put_get_and_resume(
@@ -176,15 +171,15 @@ async def test_sftp_large_put_get_and_resume(
     local.write_bytes(data)
     code, _, err = await sftp(setup, tmp_path, f"put {local} large.bin\nget large.bin {fetched}\n")
     assert code == 0, err
-    assert _read(root, "large.bin") == data
+    assert read_in(root, "large.bin") == data
     assert fetched.read_bytes() == data
-    _write(root, "large.bin", data[: 3 * 1024 * 1024 + 7])
+    write_in(root, "large.bin", data[: 3 * 1024 * 1024 + 7])
     fetched.write_bytes(data[: 6 * 1024 * 1024 + 3])
     code, _, err = await sftp(
         setup, tmp_path, f"reput {local} large.bin\nreget large.bin {fetched}\n"
     )
     assert code == 0, err
-    assert _read(root, "large.bin") == data
+    assert read_in(root, "large.bin") == data
     assert fetched.read_bytes() == data
 
 
@@ -222,7 +217,7 @@ async def test_sftp_escapes_are_refused(
     assert code != 0, (out, err)
     assert not local.exists()
     assert tree_digest(outside) == before
-    assert not _exists(root, "stolen") and not _exists(root, "link")
+    assert not exists_in(root, "stolen") and not exists_in(root, "link")
 
 
 async def test_killing_the_client_kills_the_command_tree(setup: SSHSetup) -> None:

@@ -26,7 +26,14 @@ from operations import Backend, GuardedBackend, Policy, Unavailable
 from tests.conformance._workspace import DiskWorkspace
 from tests.grpc._serve_process import serve_process
 from tests.grpc.test_streaming import _status
-from tests.ssh._harness import SSHSetup, make_keys, serve_over_ssh
+from tests.ssh._harness import (
+    SSHSetup,
+    exists_in,
+    make_keys,
+    read_in,
+    serve_over_ssh,
+    write_in,
+)
 from tests.ssh._procs import wait_for
 
 MiB = 1024 * 1024
@@ -57,18 +64,6 @@ def window(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> s
     return str(request.param)
 
 
-def _read(root: str, rel: str) -> bytes:
-    return Path(root, rel).read_bytes()
-
-
-def _write(root: str, rel: str, data: bytes) -> None:
-    Path(root, rel).write_bytes(data)
-
-
-def _exists(root: str, rel: str) -> bool:
-    return os.path.lexists(os.path.join(root, rel))
-
-
 def _open_fds() -> set[str]:
     return set(os.listdir("/proc/self/fd"))
 
@@ -91,7 +86,7 @@ async def test_random_reads_give_the_bytes_of_a_local_file(
 ) -> None:
     size = 9 * MiB + 12345  # more than the default window: reads back come from the spool
     data = random.Random(1).randbytes(size)
-    _write(root, "data.bin", data)
+    write_in(root, "data.bin", data)
     rng = random.Random(2)
     async with (
         setup.raw() as conn,
@@ -112,7 +107,7 @@ async def test_random_reads_give_the_bytes_of_a_local_file(
         assert await remote.read(10, size) == b""
         assert await remote.read(10, size + MiB) == b""
         assert await remote.read(-1, 0) == data
-    assert _read(root, "data.bin") == data
+    assert read_in(root, "data.bin") == data
 
 
 async def test_random_writes_give_the_bytes_of_a_local_file(
@@ -134,8 +129,8 @@ async def test_random_writes_give_the_bytes_of_a_local_file(
                 await remote.write(piece, offset)
                 apply(offset, piece)
                 assert (await remote.stat()).size == len(model)  # fstat: the size so far
-            assert not _exists(root, "new.bin")  # nothing before close
-        assert _read(root, "new.bin") == model
+            assert not exists_in(root, "new.bin")  # nothing before close
+        assert read_in(root, "new.bin") == model
 
         # Over existing content (no truncation): reads on the handle see the writes.
         async with sftp.open("new.bin", "r+b") as remote:
@@ -146,7 +141,7 @@ async def test_random_writes_give_the_bytes_of_a_local_file(
                 apply(offset, piece)
                 start = rng.randrange(len(model))
                 assert await remote.read(100_000, start) == model[start : start + 100_000]
-        assert _read(root, "new.bin") == model
+        assert read_in(root, "new.bin") == model
 
         # Opened for writing but left unchanged: nothing is rewritten.
         before = os.stat(os.path.join(root, "new.bin")).st_ino
@@ -162,21 +157,21 @@ async def test_asyncssh_copy_and_get_with_and_without_sparse_ranges(
     ``get``, which asks the open file for data ranges (``ranges@asyncssh.com``) unless told not
     to."""
     data = os.urandom(9 * MiB + 5)
-    _write(root, "a.bin", data)
+    write_in(root, "a.bin", data)
     async with setup.raw() as conn, conn.start_sftp_client() as sftp:
         assert sftp.supports_remote_copy
         await sftp.copy("a.bin", "b.bin")
         for sparse in (True, False):
             await sftp.get("a.bin", str(tmp_path / f"got-{sparse}"), sparse=sparse)
-            assert _read(str(tmp_path), f"got-{sparse}") == data
-    assert _read(root, "b.bin") == data
+            assert read_in(str(tmp_path), f"got-{sparse}") == data
+    assert read_in(root, "b.bin") == data
 
 
 async def test_temp_files_and_streams_are_closed_on_close_and_on_session_end(
     setup: SSHSetup, root: str
 ) -> None:
-    _write(root, "big.bin", os.urandom(8 * MiB))  # more than the window
-    _write(root, "small.txt", b"small")
+    write_in(root, "big.bin", os.urandom(8 * MiB))  # more than the window
+    write_in(root, "small.txt", b"small")
     async with setup.raw() as conn, conn.start_sftp_client() as sftp:
         await sftp.listdir(".")
         idle = _open_fds()
@@ -204,12 +199,12 @@ async def test_temp_files_and_streams_are_closed_on_close_and_on_session_end(
         assert len(_temp_files(root) - idle_temp) == 2
     assert await wait_for(lambda: not setup.frontend._connections, 5)
     assert await wait_for(lambda: _open_fds() <= idle, 5), _open_fds() - idle
-    assert not _exists(root, "partial.bin")
-    assert _read(root, "up.bin") == b"x" * MiB  # the unclosed rewrite is dropped
+    assert not exists_in(root, "partial.bin")
+    assert read_in(root, "up.bin") == b"x" * MiB  # the unclosed rewrite is dropped
 
 
 async def test_a_session_holds_at_most_max_open_files(setup: SSHSetup, root: str) -> None:
-    _write(root, "f.txt", b"x" * (2 * MiB))
+    write_in(root, "f.txt", b"x" * (2 * MiB))
     async with setup.raw() as conn, conn.start_sftp_client() as sftp:
         files = [await sftp.open("f.txt", "rb") for _ in range(MAX_OPEN_FILES)]
         with pytest.raises(asyncssh.SFTPFailure, match=r"64 files are already open .* close one"):
@@ -226,7 +221,7 @@ async def test_an_upload_over_the_write_limit_fails_and_keeps_the_old_file(
     tmp_path: Path, root: str
 ) -> None:
     limit = 2 * MiB
-    _write(root, "kept.bin", b"old content")
+    write_in(root, "kept.bin", b"old content")
 
     def guard(core: Backend, principal: str, peer: str | None) -> Backend:
         policy = Policy(max_write_bytes=limit)
@@ -247,7 +242,7 @@ async def test_an_upload_over_the_write_limit_fails_and_keeps_the_old_file(
         assert _open_fds() == idle
         async with sftp.open("kept.bin", "wb") as remote:  # at the limit: accepted
             await remote.write(b"y" * limit, 0)
-    assert _read(root, "kept.bin") == b"y" * limit
+    assert read_in(root, "kept.bin") == b"y" * limit
     assert sorted(os.listdir(root)) == ["kept.bin"]  # no leftover temp file in the workspace
 
 
@@ -256,7 +251,7 @@ async def test_a_download_over_the_read_limit_fails_and_keeps_failing(
 ) -> None:
     """The policy's ``max_read_bytes`` ends the stream part way: that read and every later one
     fail with the policy's reason, never an end of file that would pass for a short file."""
-    _write(root, "big.bin", os.urandom(8 * MiB))
+    write_in(root, "big.bin", os.urandom(8 * MiB))
 
     def guard(core: Backend, principal: str, peer: str | None) -> Backend:
         return GuardedBackend(core, Policy(max_read_bytes=6 * MiB), close_inner=False)
@@ -280,8 +275,8 @@ async def test_the_spool_keeps_its_free_space_reserve(
     """Uploads past the reserve are refused with a message saying why; a download, which
     spools nothing, is read in order and back all the same."""
     data = os.urandom(16 * MiB)
-    _write(root, "big.bin", data)
-    _write(root, "kept.bin", b"old")
+    write_in(root, "big.bin", data)
+    write_in(root, "kept.bin", b"old")
     async with setup.raw() as conn, conn.start_sftp_client() as sftp:
         async with sftp.open("kept.bin", "wb") as remote:
             # a sparse file of an exabyte: refused under the real reserve already
@@ -297,8 +292,8 @@ async def test_the_spool_keeps_its_free_space_reserve(
             assert await remote.read(10, 0) == data[:10]
         with pytest.raises(asyncssh.SFTPFailure, match="temp disk"):
             await sftp.open("big.bin", "r+b")  # its content must be spooled first
-    assert _read(root, "kept.bin") == b""  # an empty upload was still the client's
-    assert _read(root, "big.bin") == data
+    assert read_in(root, "kept.bin") == b""  # an empty upload was still the client's
+    assert read_in(root, "big.bin") == data
 
 
 def test_the_spool_is_never_inside_the_workspace(
