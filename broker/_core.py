@@ -18,7 +18,7 @@ import os
 import stat as st
 from collections.abc import AsyncGenerator, AsyncIterable, Callable, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, Literal, Self, TypeVar
 
 from operations import (
     AbortSignal,
@@ -26,6 +26,7 @@ from operations import (
     ExecResult,
     FileKind,
     FileStat,
+    Gate,
     InvalidArgument,
     NotADirectory,
     NotFound,
@@ -153,6 +154,17 @@ class _FdJobs:
             last.add_done_callback(lambda _: cleanup())
 
 
+def _access(gate: Gate, writable: bool) -> Callable[[str], None]:
+    """The decision ``access`` asks for: read, and write too when ``writable``."""
+
+    def check(rel: str) -> None:
+        gate.read(rel)
+        if writable:
+            gate.write(rel)
+
+    return check
+
+
 def image_mime_type(head: bytes) -> str | None:
     """The image type that ``head`` (a file's first bytes) starts with, by magic number."""
     if head.startswith(b"\x89PNG\r\n\x1a\n"):
@@ -168,6 +180,10 @@ def image_mime_type(head: bytes) -> str | None:
 
 class Broker:
     """The broker core over one workspace root.
+
+    Every method takes an optional ``gate`` (:class:`~operations.Gate`): the policy's decision,
+    asked with the root-relative path each call actually resolved, before it is used (see
+    :class:`~operations.GatedBackend`). Without one nothing is refused but by confinement.
 
     Args:
         root: the workspace directory (canonicalised once; both spellings are accepted in paths).
@@ -201,6 +217,8 @@ class Broker:
         self._processes: Any = None
         self._threads: set[asyncio.Future[Any]] = set()
         self._closed = False
+
+    decides_on_resolved_paths: Literal[True] = True
 
     # --- identity -----------------------------------------------------------------------------
 
@@ -272,8 +290,8 @@ class Broker:
 
     # --- read side ----------------------------------------------------------------------------
 
-    async def read_file(self, path: str) -> bytes:
-        fd, info = self._root.open_file("read_file", path)
+    async def read_file(self, path: str, *, gate: Gate | None = None) -> bytes:
+        fd, info = self._root.open_file("read_file", path, gate and gate.read)
         if info.st_size > INLINE_READ_BYTES:
             # The thread owns the fd from here: a cancelled caller must not close it under it.
             return await _treewalk.run_in_thread(
@@ -292,7 +310,7 @@ class Broker:
             os.close(fd)
 
     async def read_chunks(
-        self, path: str, *, chunk_size: int = READ_CHUNK
+        self, path: str, *, chunk_size: int = READ_CHUNK, gate: Gate | None = None
     ) -> AsyncGenerator[bytes, None]:
         """``read_file`` in pieces of at most ``chunk_size`` bytes, for files of any size.
 
@@ -303,7 +321,7 @@ class Broker:
         """
         if chunk_size < 1:
             raise InvalidArgument("read_file", path, f"chunk_size must be >= 1, got {chunk_size}")
-        fd, info = self._root.open_file("read_file", path)
+        fd, info = self._root.open_file("read_file", path, gate and gate.read)
         jobs = _FdJobs(self._threads)
         try:
             if info.st_size <= INLINE_READ_BYTES:
@@ -329,12 +347,12 @@ class Broker:
         finally:
             jobs.then(functools.partial(os.close, fd))
 
-    async def read_small(self, path: str, limit: int) -> bytes | None:
+    async def read_small(self, path: str, limit: int, *, gate: Gate | None = None) -> bytes | None:
         """``read_file`` of a file of at most ``limit`` bytes, else ``None`` (see
         :func:`operations.read_small`): one open, one read on the loop, no stream to set up."""
         if limit > INLINE_READ_BYTES:  # not a small read: the streaming path, threads and all
-            return await read_small_streamed(self, path, limit)
-        fd, info = self._root.open_file("read_file", path)
+            return await read_small_streamed(self, path, limit, gate=gate)
+        fd, info = self._root.open_file("read_file", path, gate and gate.read)
         try:
             if info.st_size > limit:
                 return None
@@ -352,47 +370,52 @@ class Broker:
     def _too_large(self, path: str) -> TooLarge:
         return TooLarge("read_file", path, f"larger than the read limit of {self._max_read} bytes")
 
-    async def access(self, path: str, *, writable: bool = False) -> None:
-        self._root.access("access", path, writable=writable)
+    async def access(self, path: str, *, writable: bool = False, gate: Gate | None = None) -> None:
+        self._root.access("access", path, writable=writable, check=gate and _access(gate, writable))
 
-    async def detect_image_mime_type(self, path: str) -> str | None:
-        fd, _ = self._root.open_file("detect_image_mime_type", path)
+    async def detect_image_mime_type(self, path: str, *, gate: Gate | None = None) -> str | None:
+        fd, _ = self._root.open_file("detect_image_mime_type", path, gate and gate.read)
         try:
             return image_mime_type(os.read(fd, IMAGE_SNIFF_BYTES))
         finally:
             os.close(fd)
 
-    async def exists(self, path: str) -> bool:
+    async def exists(self, path: str, *, gate: Gate | None = None) -> bool:
         try:
-            self._root.stat("exists", path)
+            self._root.stat("exists", path, gate and gate.seen)
         except (InvalidArgument, Unavailable):
             raise
         except OpsError:
             return False  # missing, dangling, a loop, leading outside: nothing usable there
         return True
 
-    async def stat(self, path: str) -> FileStat:
-        return _file_stat(self._root.stat("stat", path))
+    async def stat(self, path: str, *, gate: Gate | None = None) -> FileStat:
+        return _file_stat(self._root.stat("stat", path, gate and gate.seen))
 
-    async def lstat(self, path: str) -> FileStat:
-        return _file_stat(self._root.lstat("lstat", path))
+    async def lstat(self, path: str, *, gate: Gate | None = None) -> FileStat:
+        return _file_stat(self._root.lstat("lstat", path, gate and gate.seen))
 
-    async def is_directory(self, path: str) -> bool:
-        return st.S_ISDIR(self._root.stat("is_directory", path).st_mode)
+    async def is_directory(self, path: str, *, gate: Gate | None = None) -> bool:
+        return st.S_ISDIR(self._root.stat("is_directory", path, gate and gate.seen).st_mode)
 
-    async def readdir(self, path: str) -> list[str]:
-        return [name for name, _ in self._root.list_dir("readdir", path)]
+    async def readdir(self, path: str, *, gate: Gate | None = None) -> list[str]:
+        return [name for name, _ in self._root.list_dir("readdir", path, gate and gate.read)]
 
-    async def list_dir(self, path: str) -> list[DirEntry]:
-        return [DirEntry(name, _kind(kind)) for name, kind in self._root.list_dir("list_dir", path)]
+    async def list_dir(self, path: str, *, gate: Gate | None = None) -> list[DirEntry]:
+        entries = self._root.list_dir("list_dir", path, gate and gate.read)
+        return [DirEntry(name, _kind(kind)) for name, kind in entries]
 
     # --- write side ---------------------------------------------------------------------------
 
-    async def write_file(self, path: str, content: bytes | str) -> None:
+    async def write_file(
+        self, path: str, content: bytes | str, *, gate: Gate | None = None
+    ) -> None:
         data = content.encode("utf-8") if isinstance(content, str) else bytes(content)
-        self._root.write("write_file", path, data, fsync=self._fsync)
+        self._root.write("write_file", path, data, fsync=self._fsync, check=gate and gate.write)
 
-    async def write_chunks(self, path: str, chunks: AsyncIterable[bytes]) -> None:
+    async def write_chunks(
+        self, path: str, chunks: AsyncIterable[bytes], *, gate: Gate | None = None
+    ) -> None:
         """``write_file`` with content that arrives in pieces, for files of any size.
 
         The same confinement, atomicity and errors as ``write_file``: the pieces go to a temp
@@ -400,7 +423,7 @@ class Broker:
         ``path`` at the end. If ``chunks`` raises, or the call is cancelled, the temp file is
         removed and nothing is visible at ``path``.
         """
-        target = self._root.open_atomic("write_file", path)
+        target = self._root.open_atomic("write_file", path, gate and gate.write)
         jobs = _FdJobs(self._threads)
         threaded = False
         try:
@@ -426,37 +449,47 @@ class Broker:
         target.write(rest)
         target.commit(self._fsync)
 
-    async def mkdir(self, path: str) -> None:
-        self._root.mkdir("mkdir", path, parents=True)
+    async def mkdir(self, path: str, *, gate: Gate | None = None) -> None:
+        self._root.mkdir("mkdir", path, parents=True, check=gate and gate.write)
 
-    async def remove(self, path: str, *, recursive: bool = False) -> None:
+    async def remove(self, path: str, *, recursive: bool = False, gate: Gate | None = None) -> None:
         if recursive:
             # A big tree is removed in a thread; aclose() waits for it before closing the root
             # fd it resolves from, even if this caller is cancelled meanwhile.
             work = asyncio.ensure_future(
-                asyncio.to_thread(self._root.remove, "remove", path, recursive=True)
+                asyncio.to_thread(self._root.remove, "remove", path, recursive=True, gate=gate)
             )
             self._threads.add(work)
             work.add_done_callback(_forget(self._threads))
             await asyncio.shield(work)
         else:
-            self._root.remove("remove", path)
+            self._root.remove("remove", path, gate=gate)
 
-    async def rename(self, source: str, destination: str) -> None:
+    async def rename(self, source: str, destination: str, *, gate: Gate | None = None) -> None:
+        if gate is not None:  # a moved tree is listed and checked entry by entry: in a thread
+            await asyncio.to_thread(self._root.rename, "rename", source, destination, gate=gate)
+            return
         self._root.rename("rename", source, destination)
 
     # --- find and grep ------------------------------------------------------------------------
 
     async def glob(
-        self, pattern: str, cwd: str, *, ignore: Sequence[str] = (), limit: int = 1000
+        self,
+        pattern: str,
+        cwd: str,
+        *,
+        ignore: Sequence[str] = (),
+        limit: int = 1000,
+        gate: Gate | None = None,
     ) -> list[str]:
-        with _treewalk.TreeAccess(self._root, "glob", cwd) as tree:
-            return await _treewalk.glob_in_thread(
+        with _treewalk.TreeAccess(self._root, "glob", cwd, gate) as tree:
+            found = await _treewalk.glob_in_thread(
                 tree,
                 lambda: glob_paths(
                     tree.list_dir, tree.read_small, pattern, ignore=ignore, limit=limit
                 ),
             )
+            return found if gate is None else [name for name in found if not tree.hidden(name)]
 
     async def search(
         self,
@@ -467,18 +500,19 @@ class Broker:
         ignore_case: bool = False,
         literal: bool = False,
         limit: int = 100,
+        gate: Gate | None = None,
     ) -> AsyncGenerator[SearchMatch, None]:
         matcher = LineMatcher(pattern, ignore_case=ignore_case, literal=literal)
         if limit < 1:
             return
         if not await self.is_directory(path):
-            data = await self.read_file(path)
+            data = await self.read_file(path, gate=gate)
             for count, match in enumerate(search_file(matcher, path, data), start=1):
                 yield match
                 if count >= limit:
                     return
             return
-        with _treewalk.TreeAccess(self._root, "search", path) as tree:
+        with _treewalk.TreeAccess(self._root, "search", path, gate) as tree:
             if self._use_rg and "\0" not in matcher.pattern:  # argv cannot carry a NUL
                 results = _rg.search(
                     tree,
@@ -493,7 +527,8 @@ class Broker:
                 results = _treewalk.search(tree, matcher, path, glob=glob, limit=limit)
             async with contextlib.aclosing(results) as matches:
                 async for match in matches:
-                    yield match
+                    if gate is None or not tree.hidden_match(match.path):
+                        yield match  # never a read-denied file's lines
 
     # --- commands -----------------------------------------------------------------------------
 
@@ -506,8 +541,27 @@ class Broker:
         signal: AbortSignal | None = None,
         timeout: float | None = None,
         env: Mapping[str, str] | None = None,
+        gate: Gate | None = None,
     ) -> ExecResult:
-        return await self._run("exec", "bash_argv", command, cwd, on_data, signal, timeout, env)
+        return await self._run(
+            "exec", "bash_argv", command, cwd, on_data, signal, timeout, env, gate
+        )
+
+    async def exec_powershell(
+        self,
+        command: str,
+        cwd: str,
+        *,
+        on_data: OnData,
+        signal: AbortSignal | None = None,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+        gate: Gate | None = None,
+    ) -> ExecResult:
+        """``powershell.exec`` with a gate (see :class:`~operations.GatedBackend`)."""
+        return await self._run(
+            "powershell", "powershell_argv", command, cwd, on_data, signal, timeout, env, gate
+        )
 
     async def _run(
         self,
@@ -519,12 +573,13 @@ class Broker:
         signal: AbortSignal | None,
         timeout: float | None,
         env: Mapping[str, str] | None,
+        gate: Gate | None = None,
     ) -> ExecResult:
         manager = self._process_manager(op)
         shell = importlib.import_module("broker._shell")
         argv = getattr(shell, argv_builder)(command)
         try:
-            cwd_fd = self._root.open_dir(op, cwd)
+            cwd_fd = self._root.open_dir(op, cwd, gate and gate.read)
         except (NotFound, NotADirectory) as exc:
             raise type(exc)(op, cwd, f"working directory: {exc.reason}") from None
         try:

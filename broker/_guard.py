@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import posixpath
-import stat
-from collections.abc import Callable
 from pathlib import Path
 
 from operations import Backend, GuardedBackend, Policy
@@ -21,50 +18,7 @@ from operations import Backend, GuardedBackend, Policy
 from ._audit import AuditError, AuditLog
 from ._landlock import Sandbox, sandbox_status
 
-__all__ = ["Enforcement", "resolver_beneath"]
-
-
-def resolver_beneath(root: str) -> Callable[[str], str]:
-    """``os.path.realpath`` for paths under ``root``, faster: it starts from the root's real
-    path and calls ``lstat`` only on the components below it, falling back to ``realpath`` at the first
-    symlink. The result names what a symlink points at, for matching deny globs; the core still
-    does the confined open."""
-    real_root = os.path.realpath(root)
-    spellings = {posixpath.normpath(root), real_root}
-
-    def resolve(path: str) -> str:
-        try:
-            return walk(path)
-        except ValueError:  # a NUL byte or an unencodable name: it names nothing on disk, and
-            return posixpath.normpath(path)  # the core refuses it (InvalidArgument)
-
-    def walk(path: str) -> str:
-        if ".." in path.split("/"):
-            return os.path.realpath(path)  # ".." after a symlink climbs from its target
-        full = posixpath.normpath(path)
-        if real_root == "/":
-            return os.path.realpath(full)
-        if full in spellings:
-            return real_root  # the root itself (a command's usual cwd): resolved once, at start
-        for spelling in spellings:
-            if full.startswith(spelling + "/"):
-                parts = full[len(spelling) + 1 :].split("/")
-                break
-        else:
-            return os.path.realpath(full)
-        current = real_root
-        for index, part in enumerate(parts):
-            candidate = f"{current}/{part}"
-            try:
-                info = os.lstat(candidate)
-            except OSError:
-                return "/".join([candidate, *parts[index + 1 :]])  # missing: nothing to follow
-            if stat.S_ISLNK(info.st_mode):
-                return os.path.realpath("/".join([candidate, *parts[index + 1 :]]))
-            current = candidate
-        return current
-
-    return resolve
+__all__ = ["Enforcement"]
 
 
 class Enforcement:
@@ -129,8 +83,8 @@ class Enforcement:
     ) -> GuardedBackend:
         """The backend one connection uses: ``core`` behind this policy and audit log.
 
-        Symlinks are resolved on disk (``os.path.realpath``) so a link named ``notes`` pointing
-        at ``.env`` is refused like ``.env``; closing the guard leaves ``core`` open.
+        The core decides on the path it opens (a link named ``notes`` pointing at ``.env`` is
+        refused like ``.env``, however it is swapped); closing the guard leaves ``core`` open.
         """
         return GuardedBackend(
             core,
@@ -139,7 +93,6 @@ class Enforcement:
             principal=principal,
             transport=transport,
             peer=peer,
-            resolve=resolver_beneath(core.root),
             close_inner=False,
         )
 

@@ -16,6 +16,12 @@ Operations act "via the parent": the parent directory is resolved beneath the ro
 name is handled by a ``*at(parent_fd, name)`` call that never follows a symlink on its own; where
 an operation follows a final link (read, stat, write), the link text is spliced into the path and
 resolution starts again, so the target is checked by the same rules.
+
+Decisions on what is opened: every operation takes an optional ``check`` (or, for trees, a
+:class:`~operations.Gate`), called with the root-relative path that was actually resolved, read
+back from the fd the operation holds (``/proc/self/fd``), never from a second resolution of the
+string; it is called after resolving and before the file is read, written, created, removed or
+renamed, so a symlink swapped between the two cannot change the answer.
 """
 
 from __future__ import annotations
@@ -28,7 +34,9 @@ from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 from operations import (
+    MAX_TREE_CHECK,
     EscapesRoot,
+    Gate,
     InvalidArgument,
     IsADirectory,
     NotADirectory,
@@ -56,9 +64,12 @@ from ._dirfd import (
     stat_follow,
 )
 
-__all__ = ["MAX_SYMLINKS", "STRATEGIES", "Root"]
+__all__ = ["MAX_SYMLINKS", "STRATEGIES", "Check", "Root"]
 
 T = TypeVar("T")
+Check = Callable[[str], None]
+"""Called with the root-relative path an operation resolved, before it is used; raises to
+refuse (a :class:`~operations.Gate` method, usually)."""
 
 MAX_SYMLINKS = 40  # Linux's own MAXSYMLINKS, so both strategies give up on the same chains
 MAX_PATH = 4096  # PATH_MAX: longer paths are refused before any syscall
@@ -104,7 +115,8 @@ class Root:
             self._fd = os.open(self.real, os.O_RDONLY | _DIR)
         except OSError as exc:
             raise errno_error("open_root", path, exc) from None
-        self._prefixes = [_components(os.fsencode(self.path)), _components(os.fsencode(self.real))]
+        self._real_raw = os.fsencode(self.real)
+        self._prefixes = [_components(os.fsencode(self.path)), _components(self._real_raw)]
         self._fast_prefix = os.fsencode(self.path.rstrip("/") + "/")
 
     def capabilities(self) -> dict[str, object]:
@@ -119,6 +131,44 @@ class Root:
     @property
     def closed(self) -> bool:
         return self._fd < 0
+
+    # --- what was resolved --------------------------------------------------------------------
+
+    def where(self, op: str, path: str, fd: int, name: bytes | None = None) -> str:
+        """The root-relative path of what ``fd`` holds (joined with ``name`` inside it), as the
+        kernel names the open file: the path actually resolved, not the string asked for.
+
+        Raises:
+            Unavailable: the kernel names no path under the root (the root was moved, or a
+                mount hides it): the caller cannot be told what it would act on.
+        """
+        if fd == self._fd:
+            rel = b""
+        else:
+            try:
+                full = os.readlink(b"/proc/self/fd/%d" % fd)
+            except OSError as exc:
+                raise Unavailable(op, path, f"cannot read which file was opened: {exc}") from None
+            if full.endswith(b" (deleted)") and os.fstat(fd).st_nlink == 0:
+                full = full[: -len(b" (deleted)")]  # removed since: it was opened at that name
+            rel = self._beneath(op, path, full)
+        if name is not None and name != b".":
+            rel = rel + b"/" + name if rel else name
+        return os.fsdecode(rel)
+
+    def _beneath(self, op: str, path: str, full: bytes) -> bytes:
+        root = self._real_raw
+        if full == root:
+            return b""
+        prefix = root if root == b"/" else root + b"/"
+        if full.startswith(prefix):
+            return full[len(prefix) :]
+        raise Unavailable(
+            op,
+            path,
+            f"opened a file the kernel does not name under the root {self.real}; "
+            "was the workspace root moved? restart the broker",
+        )
 
     # --- path parsing -------------------------------------------------------------------------
 
@@ -276,27 +326,63 @@ class Root:
 
     # --- operations ---------------------------------------------------------------------------
 
-    def open_file(self, op: str, path: str) -> tuple[int, os.stat_result]:
+    def open_file(
+        self, op: str, path: str, check: Check | None = None
+    ) -> tuple[int, os.stat_result]:
         """Open the regular file at ``path`` for reading (final links followed inside the root).
 
-        Returns the fd (the caller closes it) and its ``fstat``.
+        Returns the fd (the caller closes it) and its ``fstat``; ``check`` is called with the
+        path of the opened file before it is returned.
         """
         parts = self._split(op, path)
         try:  # not `self._errors`: this is the hot path, and a context manager costs a microsecond
             fd = self._open(op, path, parts, _READ)
             info = os.fstat(fd)
         except OSError as exc:
+            if check is not None and exc.errno == errno.ENOENT:
+                self._check_missing(op, path, parts, check)
             raise errno_error(op, path, exc) from None
         if not st.S_ISREG(info.st_mode):
             os.close(fd)
             raise kind_error(op, path, info.st_mode)
+        if check is not None:
+            self._checked(op, path, fd, check)
         return fd, info
 
-    def open_dir(self, op: str, path: str) -> int:
+    def _checked(self, op: str, path: str, fd: int, check: Check) -> None:
+        """Ask ``check`` about the path ``fd`` holds; close ``fd`` if it refuses."""
+        try:
+            check(self.where(op, path, fd))
+        except BaseException:
+            os.close(fd)
+            raise
+
+    def _check_missing(self, op: str, path: str, parts: list[bytes], check: Check) -> None:
+        """Ask ``check`` about a missing final name (in its resolved parent, a dangling link
+        followed), so that a denied path is refused whether or not it exists: a refusal must
+        not tell what exists. Returns quietly if the parent is missing too."""
+
+        def decide(d: int, n: bytes) -> None:
+            with contextlib.suppress(FileNotFoundError):
+                if st.S_ISLNK(os.stat(n, dir_fd=d, follow_symlinks=False).st_mode):
+                    raise FollowLink
+            check(self.where(op, path, d, n))
+
+        with contextlib.suppress(OSError, NotFound, NotADirectory):
+            self._at(op, path, parts, decide)
+
+    def open_dir(self, op: str, path: str, check: Check | None = None) -> int:
         """Open the directory at ``path`` (final links followed inside the root)."""
         parts = self._split(op, path)
-        with self._errors(op, path):
-            return self._open(op, path, parts, os.O_RDONLY | _DIR)
+        try:
+            fd = self._open(op, path, parts, os.O_RDONLY | _DIR)
+        except OSError as exc:
+            if check is not None and exc.errno == errno.ENOENT:
+                self._check_missing(op, path, parts, check)
+            raise errno_error(op, path, exc) from None
+        if check is not None:
+            self._checked(op, path, fd, check)
+        return fd
 
     def _open(self, op: str, path: str, parts: list[bytes], flags: int) -> int:
         if self.strategy == "openat2":
@@ -307,57 +393,87 @@ class Root:
                     raise
         return self._at(op, path, parts, lambda d, n: open_nofollow(d, n, flags))
 
-    def stat(self, op: str, path: str) -> os.stat_result:
+    def stat(self, op: str, path: str, check: Check | None = None) -> os.stat_result:
         """``stat`` of ``path``, following symlinks inside the root."""
-        parts = self._split(op, path)
-        with self._errors(op, path):
-            return self._at(op, path, parts, stat_follow)
+        return self._stat(op, path, stat_follow, check)
 
-    def lstat(self, op: str, path: str) -> os.stat_result:
+    def lstat(self, op: str, path: str, check: Check | None = None) -> os.stat_result:
         """``lstat`` of ``path``: a final symlink is reported, not followed."""
+        return self._stat(op, path, lstat_at, check)
+
+    def _stat(
+        self,
+        op: str,
+        path: str,
+        fn: Callable[[int, bytes], os.stat_result],
+        check: Check | None,
+    ) -> os.stat_result:
         parts = self._split(op, path)
+
+        def stat(d: int, n: bytes) -> os.stat_result:
+            info = fn(d, n)
+            if check is not None:
+                check(self.where(op, path, d, n))
+            return info
+
         with self._errors(op, path):
-            return self._at(op, path, parts, lstat_at)
+            return self._at(op, path, parts, stat if check is not None else fn)
 
     def readlink(self, op: str, path: str) -> str:
         parts, _ = self._split_mutation(op, path)
         with self._errors(op, path):
             return os.fsdecode(self._at(op, path, parts, lambda d, n: os.readlink(n, dir_fd=d)))
 
-    def access(self, op: str, path: str, *, writable: bool = False) -> None:
+    def access(
+        self, op: str, path: str, *, writable: bool = False, check: Check | None = None
+    ) -> None:
         """Raise unless ``path`` exists (following links inside the root) and is readable
         (and writable, if asked) for this process."""
         mode = os.R_OK | (os.W_OK if writable else 0)
+        decide = check
 
-        def check(d: int, n: bytes) -> None:
+        def check_at(d: int, n: bytes) -> None:
             stat_follow(d, n)
+            if decide is not None:
+                decide(self.where(op, path, d, n))
             if not os.access(n, mode, dir_fd=d, effective_ids=True, follow_symlinks=False):
                 what = "readable and writable" if writable else "readable"
                 raise PermissionDenied(op, path, f"not {what} (the operating system)")
 
         parts = self._split(op, path)
         with self._errors(op, path):
-            self._at(op, path, parts, check)
+            self._at(op, path, parts, check_at)
 
-    def list_dir(self, op: str, path: str) -> list[tuple[str, int]]:
+    def list_dir(self, op: str, path: str, check: Check | None = None) -> list[tuple[str, int]]:
         """The entries of directory ``path`` as ``(name, st_mode file type)``, links not followed.
 
         Read from the directory fd: types come from ``d_type`` or ``fstatat`` relative to that fd,
         never from a path-based ``lstat`` (Go's CVE-2026-27139).
         """
-        fd = self.open_dir(op, path)
+        fd = self.open_dir(op, path, check)
         with self._errors(op, path):
             try:
                 return list_fd(fd)
             finally:
                 os.close(fd)
 
-    def mkdir(self, op: str, path: str, *, parents: bool = True, mode: int = 0o777) -> None:
+    def mkdir(
+        self,
+        op: str,
+        path: str,
+        *,
+        parents: bool = True,
+        mode: int = 0o777,
+        check: Check | None = None,
+    ) -> None:
         """Create directory ``path`` (and, with ``parents``, missing parents), each step via its
-        parent fd. An existing directory is not an error; an existing symlink at ``path`` is."""
+        parent fd. An existing directory is not an error; an existing symlink at ``path`` is.
+        ``check`` is asked about every directory before it is created."""
         parts, _ = self._split_mutation(op, path)
 
         def make(d: int, n: bytes) -> None:
+            if check is not None:
+                check(self.where(op, path, d, n))
             try:
                 os.mkdir(n, mode, dir_fd=d)
             except FileExistsError:
@@ -370,6 +486,11 @@ class Root:
                 if exc.errno == errno.EINVAL and n in (b".", b".."):
                     return
                 raise
+
+        def step(d: int, n: bytes) -> None:
+            if check is not None:
+                check(self.where(op, path, d, n))
+            mkdir_or_dir(d, n)
 
         with self._errors(op, path):
             if parts[-1] == b"..":
@@ -385,7 +506,7 @@ class Root:
                     if prefix[-1] == b".":
                         self._at(op, path, prefix, stat_dir)
                     else:
-                        self._at(op, path, prefix, mkdir_or_dir)
+                        self._at(op, path, prefix, step)
                 self._at(op, path, parts, make)
 
     def _is_dir_beneath(self, op: str, path: str, parts: list[bytes]) -> bool:
@@ -400,13 +521,25 @@ class Root:
             return False
         return True
 
-    def remove(self, op: str, path: str, *, recursive: bool = False) -> None:
-        """Remove a file, a symlink (never its target) or a directory (empty unless recursive)."""
+    def remove(
+        self, op: str, path: str, *, recursive: bool = False, gate: Gate | None = None
+    ) -> None:
+        """Remove a file, a symlink (never its target) or a directory (empty unless recursive).
+
+        ``gate.write`` is asked about the entry and, for a recursive remove, about every entry
+        below it (listed from the directory fd) before anything is removed.
+        """
         parts, must_be_dir = self._split_mutation(op, path)
         self._check_names(op, path, parts, must_be_dir, "remove")
 
         def remove(d: int, n: bytes) -> None:
             info = os.stat(n, dir_fd=d, follow_symlinks=False)
+            if gate is not None:
+                top = self.where(op, path, d, n)
+                gate.write(top)
+                if recursive and st.S_ISDIR(info.st_mode):
+                    for rel in _tree(d, n, gate):
+                        gate.write(f"{top}/{rel}", shown=f"{path.rstrip('/')}/{rel}")
             if st.S_ISDIR(info.st_mode):
                 if recursive:
                     remove_tree(d, n)
@@ -420,9 +553,12 @@ class Root:
         with self._errors(op, path):
             self._at(op, path, parts, remove)
 
-    def rename(self, op: str, source: str, destination: str) -> None:
+    def rename(self, op: str, source: str, destination: str, *, gate: Gate | None = None) -> None:
         """Rename ``source`` to ``destination``; a final symlink at either end is moved or replaced,
-        never followed. Both parents are resolved beneath the root."""
+        never followed. Both parents are resolved beneath the root.
+
+        ``gate.move`` is asked about both resolved ends and, when a directory moves, about every
+        entry below it (listed from the directory fd), before the rename."""
         src, src_dir = self._split_mutation(op, source)
         dst, dst_dir = self._split_mutation(op, destination)
         self._check_names(op, source, src, src_dir, "rename")
@@ -435,6 +571,18 @@ class Root:
                     raise NotADirectory(op, source)
 
             def move(dd: int, dn: bytes) -> None:
+                if gate is not None:
+                    src_rel = self.where(op, source, sd, sn)
+                    dst_rel = self.where(op, destination, dd, dn)
+                    gate.move(src_rel, dst_rel)
+                    info = os.stat(sn, dir_fd=sd, follow_symlinks=False)
+                    if st.S_ISDIR(info.st_mode):
+                        for rel in _tree(sd, sn, gate):
+                            gate.move(
+                                f"{src_rel}/{rel}",
+                                f"{dst_rel}/{rel}",
+                                shown=f"{source.rstrip('/')}/{rel}",
+                            )
                 try:
                     os.rename(sn, dn, src_dir_fd=sd, dst_dir_fd=dd)
                 except OSError as exc:
@@ -451,7 +599,14 @@ class Root:
             self._at(op, source, src, inner)
 
     def write(
-        self, op: str, path: str, data: bytes, *, fsync: bool = False, max_bytes: int | None = None
+        self,
+        op: str,
+        path: str,
+        data: bytes,
+        *,
+        fsync: bool = False,
+        max_bytes: int | None = None,
+        check: Check | None = None,
     ) -> None:
         """Replace or create the file at ``path`` atomically: a temp file in the same directory
         (via the parent fd), then ``renameat`` over the name. A final symlink is followed only to
@@ -459,19 +614,24 @@ class Root:
         kept."""
         if max_bytes is not None and len(data) > max_bytes:
             raise TooLarge(op, path, f"{len(data)} bytes exceed the write limit of {max_bytes}")
-        self._replace(op, path, lambda d, n, old: atomic_write(d, n, data, old, fsync))
+        self._replace(op, path, lambda d, n, old: atomic_write(d, n, data, old, fsync), check)
 
-    def open_atomic(self, op: str, path: str) -> AtomicFile:
+    def open_atomic(self, op: str, path: str, check: Check | None = None) -> AtomicFile:
         """Start replacing or creating the file at ``path`` as :meth:`write` does, for content
         that arrives in pieces: write them to the returned file, then ``commit`` (or
         ``discard``). Nothing is visible at ``path`` before ``commit``."""
-        return self._replace(op, path, lambda d, n, old: AtomicFile(os.dup(d), n, old))
+        return self._replace(op, path, lambda d, n, old: AtomicFile(os.dup(d), n, old), check)
 
     def _replace(
-        self, op: str, path: str, fn: Callable[[int, bytes, os.stat_result | None], T]
+        self,
+        op: str,
+        path: str,
+        fn: Callable[[int, bytes, os.stat_result | None], T],
+        check: Check | None,
     ) -> T:
         """Resolve ``path`` for writing a regular file and call ``fn(parent_fd, name, old)``,
-        ``old`` being the ``lstat`` of the regular file it replaces (``None`` if there is none)."""
+        ``old`` being the ``lstat`` of the regular file it replaces (``None`` if there is none);
+        ``check`` is asked about the final path (links followed) first."""
         parts, must_be_dir = self._split_mutation(op, path)
         if must_be_dir or parts[-1] in (b".", b".."):
             # "name/" asks for a directory: writing a file there is never possible.
@@ -490,6 +650,8 @@ class Root:
                     raise FollowLink
                 if not st.S_ISREG(old.st_mode):
                     raise kind_error(op, path, old.st_mode)
+            if check is not None:
+                check(self.where(op, path, d, n))
             return fn(d, n, old)
 
         with self._errors(op, path):
@@ -507,6 +669,28 @@ class Root:
             raise InvalidArgument(op, path, f"cannot {what} the workspace root")
         if parts[-1] in (b".", b".."):
             raise InvalidArgument(op, path, f"cannot {what} a path ending in '.' or '..'")
+
+
+def _tree(dirfd: int, name: bytes, gate: Gate) -> list[str]:
+    """The entries below directory ``name`` (relative to it), listed through fds without
+    following a link (one fd open per level); more than :data:`~operations.MAX_TREE_CHECK` is
+    the gate's refusal."""
+    found: list[str] = []
+
+    def visit(parent: int, entry: bytes, prefix: str) -> None:
+        fd = os.open(entry, os.O_RDONLY | _DIR | os.O_NOFOLLOW, dir_fd=parent)
+        try:
+            for child, kind in list_fd(fd):
+                found.append(prefix + child)
+                if len(found) > MAX_TREE_CHECK:
+                    raise gate.tree_too_large()
+                if kind == st.S_IFDIR:
+                    visit(fd, os.fsencode(child), f"{prefix}{child}/")
+        finally:
+            os.close(fd)
+
+    visit(dirfd, name, "")
+    return found
 
 
 # --- path components ---------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from collections.abc import AsyncGenerator, Callable, Iterator
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
-from operations import FileKind, OpsError, SearchMatch
+from operations import FileKind, Gate, OpsError, SearchMatch
 from operations._search import BINARY_SNIFF_BYTES, LineMatcher, search_tree
 
 from . import _openat2
@@ -56,19 +56,41 @@ class TreeAccess:
     fd number.
     """
 
-    def __init__(self, root: Root, op: str, path: str) -> None:
+    def __init__(self, root: Root, op: str, path: str, gate: Gate | None = None) -> None:
         self._root = root
         self._op = op
         self.path = path
+        self._gate = gate
+        self._base = ""  # the opened directory's root-relative path (with a gate)
         self.fd = -1
         self.stopped = threading.Event()
         self._users = 0
         self._lock = threading.Lock()
 
     def __enter__(self) -> Self:
-        self.fd = self._root.open_dir(self._op, self.path)
+        gate = self._gate
+        if gate is None:
+            self.fd = self._root.open_dir(self._op, self.path)
+        else:
+            self.fd = self._root.open_dir(self._op, self.path, self._decide)
         self._users = 1
         return self
+
+    def _decide(self, rel: str) -> None:
+        assert self._gate is not None
+        self._gate.read(rel)
+        self._base = rel
+
+    def hidden(self, rel: str) -> bool:
+        """Whether the entry ``rel`` (relative to this directory, found by a walk that follows no
+        link) is read-denied by the gate, judged on its path beneath the root."""
+        if self._gate is None:
+            return False
+        return self._gate.hidden(f"{self._base}/{rel}" if self._base else rel)
+
+    def hidden_match(self, path: str) -> bool:
+        """:meth:`hidden` for a search match, whose path is ``self.path`` joined with the file's."""
+        return self.hidden(path[len(self.path.rstrip("/")) + 1 :])
 
     def __exit__(
         self,

@@ -34,6 +34,9 @@ from ._errors import TooManyLinks as TooManyLinks
 from ._errors import Unauthenticated as Unauthenticated
 from ._errors import Unavailable as Unavailable
 from ._errors import error_from_code as error_from_code
+from ._gate import MAX_TREE_CHECK as MAX_TREE_CHECK
+from ._gate import Gate as Gate
+from ._gate import GatedBackend as GatedBackend
 from ._guarded import AuditSink as AuditSink
 from ._guarded import GuardedBackend as GuardedBackend
 from ._memory import Dir as Dir
@@ -78,6 +81,7 @@ from ._types import SearchMatch as SearchMatch
 
 __all__ = [
     "ERROR_TYPES",
+    "MAX_TREE_CHECK",
     "AbortController",
     "AbortSignal",
     "Aborted",
@@ -104,6 +108,8 @@ __all__ = [
     "FileStat",
     "FileSystemOperations",
     "FindOperations",
+    "Gate",
+    "GatedBackend",
     "GrepOperations",
     "GuardedBackend",
     "InMemoryOperations",

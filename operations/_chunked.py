@@ -10,10 +10,13 @@ whole-file calls, which is what that backend holds in memory anyway.
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator
-from typing import Protocol, cast, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, cast, runtime_checkable
 
 from ._errors import TooLarge
 from ._protocols import Backend
+
+if TYPE_CHECKING:
+    from ._gate import Gate, GatedBackend
 
 __all__ = [
     "FALLBACK_WRITE_LIMIT",
@@ -99,10 +102,19 @@ async def read_small(backend: Backend, path: str, limit: int) -> bytes | None:
     return await read_small_streamed(backend, path, limit)
 
 
-async def read_small_streamed(backend: Backend, path: str, limit: int) -> bytes | None:
+async def read_small_streamed(
+    backend: Backend, path: str, limit: int, *, gate: Gate | None = None
+) -> bytes | None:
     """:func:`read_small` through ``backend``'s stream (for a backend whose own ``read_small``
-    handles only some limits)."""
-    pieces = read_chunks(backend, path, limit + 1)
+    handles only some limits); with a ``gate``, ``backend`` is a :class:`GatedBackend`."""
+    if gate is None:
+        pieces = read_chunks(backend, path, limit + 1)
+    else:
+        gated = cast(GatedBackend, backend)
+        pieces = cast(
+            AsyncGenerator[bytes, None],
+            gated.read_chunks(path, chunk_size=limit + 1, gate=gate),
+        )
     try:
         first = await anext(pieces, b"")
         if len(first) > limit or await anext(pieces, None) is not None:

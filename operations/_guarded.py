@@ -7,14 +7,15 @@ A front-end (gRPC, SSH, in-process) wraps the broker core once per connection::
 
 and the memory backend is wrapped the same way in a CI harness, so both refuse the same requests
 with the same :class:`~operations.PolicyDenied`. Every call is checked against the
-:class:`~operations.Policy` (before the inner backend sees it), then forwarded, then recorded: one
-audit event per call, refusals included.
+:class:`~operations.Policy` (by the inner backend, through the gate), then recorded: one audit
+event per call, refusals included.
 
-Paths are matched as the caller wrote them, made relative to ``inner.root`` and normalised. When a
-``resolve`` function is given (the broker passes one that follows symlinks on disk), the resolved
-path is checked too, so a symlink named ``notes`` that points at ``.env`` is still refused. A
-command, of course, can read what the sandbox lets it: deny globs bind file operations; the kernel
-sandbox (``sandbox.mode``) is what binds commands. See ``docs/security-model.md``.
+Paths are decided where they are opened: each call hands the backend a :class:`~operations.Gate`,
+which the backend asks about the root-relative path it actually resolved (symlinks followed, read
+back from the fd it holds) before it uses it, so a symlink named ``notes`` that points at ``.env``
+is refused like ``.env``, however often the link is swapped. A command, of course, can read what
+the sandbox lets it: deny globs bind file operations; the kernel sandbox (``sandbox.mode``) is
+what binds commands. See ``docs/security-model.md``.
 
 **Audit failure:** with ``audit.fail_closed`` (the default), a call is refused with
 :class:`~operations.Unavailable` while the audit sink reports itself unhealthy, and a call whose
@@ -26,25 +27,21 @@ from __future__ import annotations
 import asyncio
 import functools
 import hashlib
-import posixpath
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Mapping, Sequence
 from types import TracebackType
 from typing import Protocol, Self
 
 from ._abort import AbortController, AbortSignal
-from ._chunked import read_chunks, read_small, write_chunks
+from ._as_written import AsWritten, relative
 from ._errors import EscapesRoot, OpsError, PolicyDenied, TooLarge, Unavailable
+from ._gate import Gate, GatedBackend
 from ._policy import CommandEnvCache, Policy, PolicyEnforcer
 from ._protocols import Backend, PowerShellOperations
 from ._shell_exec import ShellExec
-from ._types import DirEntry, ExecResult, FileKind, FileStat, KillReason, OnData, SearchMatch
+from ._types import DirEntry, ExecResult, FileStat, KillReason, OnData, SearchMatch
 
 __all__ = ["AuditSink", "GuardedBackend"]
-
-MAX_TREE_CHECK = 10_000
-"""Entries a recursive remove or a directory rename may hold to be checked against
-``deny_write``; a larger tree is refused rather than moved unchecked."""
 
 STREAM_CHUNK = 1024 * 1024
 """Default piece size of :meth:`GuardedBackend.read_chunks` (the caller usually picks one)."""
@@ -67,12 +64,13 @@ class AuditSink(Protocol):
 
 
 class _Entry:
-    """The audit event of one call, filled in while the call runs."""
+    """The audit event of one call, filled in while the call runs, and its decision."""
 
-    __slots__ = ("fields", "skip")
+    __slots__ = ("fields", "gate", "skip")
 
-    def __init__(self, fields: dict[str, object]) -> None:
+    def __init__(self, fields: dict[str, object], gate: Gate) -> None:
         self.fields = fields
+        self.gate = gate
         self.skip = False  # set by a call that turned out to do nothing (see read_small)
 
     def set(self, **fields: object) -> None:
@@ -83,12 +81,13 @@ class GuardedBackend:
     """Every :class:`~operations.Backend` member, checked against ``policy`` and audited.
 
     Args:
-        inner: the backend that does the work.
-        policy: the rules; checked before ``inner`` is called.
+        inner: the backend that does the work. A :class:`~operations.GatedBackend` (the broker
+            core, the memory backend) decides on the paths it resolves; any other backend (a
+            remote client, whose broker decides on its own side) is asked about paths as
+            written (:class:`~operations._as_written.AsWritten`).
+        policy: the rules.
         audit: the sink for one event per call, or ``None`` for no audit.
         principal / transport / peer: who is calling, over what, from where (recorded as given).
-        resolve: maps an absolute path to the absolute path it resolves to (following symlinks),
-            for checking the target too; ``None`` checks the path as written only.
         parent_env: the environment allowlisted names are copied from (default: this process's).
         close_inner: whether :meth:`aclose` closes ``inner`` (false when it is shared).
     """
@@ -102,11 +101,11 @@ class GuardedBackend:
         principal: str = "local",
         transport: str = "local",
         peer: str | None = None,
-        resolve: Callable[[str], str] | None = None,
         parent_env: Mapping[str, str] | None = None,
         close_inner: bool = True,
     ) -> None:
         self.inner = inner
+        self._ops: GatedBackend = inner if isinstance(inner, GatedBackend) else AsWritten(inner)
         self.policy = policy
         self.enforcer = PolicyEnforcer(policy)
         self._audit = audit
@@ -115,8 +114,6 @@ class GuardedBackend:
             "transport": transport,
             "peer": peer,
         }
-        self._resolve = resolve
-        self._real_root: str | None = None
         self._env = CommandEnvCache(parent_env)
         self._close_inner = close_inner
         self._powershell = ShellExec(functools.partial(self._exec, "powershell"))
@@ -133,44 +130,15 @@ class GuardedBackend:
 
     def relative(self, path: str) -> str | None:
         """``path`` relative to the root, normalised; ``None`` if it lies outside the root."""
-        root = posixpath.normpath(self.inner.root)
-        full = posixpath.normpath(posixpath.join(root, path))
-        if full == root:
-            return ""
-        prefix = root if root.endswith("/") else root + "/"
-        return full[len(prefix) :] if full.startswith(prefix) else None
-
-    def _targets(self, path: str) -> tuple[str | None, str | None]:
-        """(path as written, resolved path), both root-relative or ``None`` when outside."""
-        written = self.relative(path)
-        if self._resolve is None:
-            return written, written
-        root = posixpath.normpath(self.inner.root)
-        if self._real_root is None:
-            self._real_root = self._resolve(root)
-        real_root = self._real_root
-        full = self._resolve(posixpath.join(root, path))
-        if full == real_root:
-            return written, ""
-        prefix = real_root.rstrip("/") + "/"
-        return written, (full[len(prefix) :] if full.startswith(prefix) else None)
-
-    def _check(self, op: str, path: str, entry: _Entry, *, write: bool = False) -> None:
-        written, resolved = self._targets(path)
-        entry.set(resolved=resolved)
-        for rel in dict.fromkeys((written, resolved)):
-            if rel is None:
-                continue  # outside the root: the inner backend refuses it (EscapesRoot)
-            if write:
-                self.enforcer.check_write(op, rel, shown=path)
-            else:
-                self.enforcer.check_read(op, rel, shown=path)
+        return relative(self.inner.root, path)
 
     def _audited(self, op: str, path: str | None, **fields: object) -> _Audited:
         """``async with self._audited(op, path) as entry``: the call's audit line, written
-        when the block ends (a plain class, not a generator: it runs around every call)."""
+        when the block ends (a plain class, not a generator: it runs around every call).
+        ``entry.gate`` is the call's decision, asked by the backend on what it resolved."""
         entry = _Entry(
-            {"op": op, **self._who, "path": path, "resolved": None, "decision": "allow", **fields}
+            {"op": op, **self._who, "path": path, "resolved": None, "decision": "allow", **fields},
+            Gate(self.enforcer, op, path or ""),
         )
         return _Audited(self, entry)
 
@@ -187,8 +155,7 @@ class GuardedBackend:
 
     async def read_file(self, path: str) -> bytes:
         async with self._audited("read_file", path) as entry:
-            self._check("read_file", path, entry)
-            data = await self.inner.read_file(path)
+            data = await self._ops.read_file(path, gate=entry.gate)
             limit = self.policy.max_read_bytes
             if len(data) > limit:
                 raise TooLarge(
@@ -206,10 +173,9 @@ class GuardedBackend:
         and one audit line (op ``read_file``, total ``bytes_out``); ``max_read_bytes`` is enforced
         as the pieces pass, so a file growing past it still ends in ``TooLarge``."""
         async with self._audited("read_file", path) as entry:
-            self._check("read_file", path, entry)
             limit = self.policy.max_read_bytes
             sent = 0
-            pieces = read_chunks(self.inner, path, chunk_size)
+            pieces = self._ops.read_chunks(path, chunk_size=chunk_size, gate=entry.gate)
             try:
                 async for piece in pieces:
                     sent += len(piece)
@@ -222,15 +188,16 @@ class GuardedBackend:
                     entry.set(bytes_out=sent)
                     yield piece
             finally:
-                await pieces.aclose()
+                aclose = getattr(pieces, "aclose", None)
+                if aclose is not None:
+                    await aclose()
 
     async def read_small(self, path: str, limit: int) -> bytes | None:
         """``read_file`` of a file of at most ``limit`` bytes, else ``None`` (see
         :func:`~operations.read_small`). The same checks; a file too large is neither returned
         nor audited here: the caller streams it with :meth:`read_chunks`, which audits it."""
         async with self._audited("read_file", path) as entry:
-            self._check("read_file", path, entry)
-            data = await read_small(self.inner, path, limit)
+            data = await self._ops.read_small(path, limit, gate=entry.gate)
             if data is None:
                 entry.skip = True
                 return None
@@ -246,47 +213,37 @@ class GuardedBackend:
 
     async def access(self, path: str, *, writable: bool = False) -> None:
         async with self._audited("access", path, writable=writable) as entry:
-            self._check("access", path, entry)
-            if writable:
-                self._check("access", path, entry, write=True)
-            await self.inner.access(path, writable=writable)
+            await self._ops.access(path, writable=writable, gate=entry.gate)
 
     async def detect_image_mime_type(self, path: str) -> str | None:
         async with self._audited("detect_image_mime_type", path) as entry:
-            self._check("detect_image_mime_type", path, entry)
-            return await self.inner.detect_image_mime_type(path)
+            return await self._ops.detect_image_mime_type(path, gate=entry.gate)
 
     async def exists(self, path: str) -> bool:
         async with self._audited("exists", path) as entry:
-            entry.set(resolved=self._targets(path)[1])
-            return await self.inner.exists(path)
+            return await self._ops.exists(path, gate=entry.gate)
 
     async def is_directory(self, path: str) -> bool:
         async with self._audited("is_directory", path) as entry:
-            entry.set(resolved=self._targets(path)[1])
-            return await self.inner.is_directory(path)
+            return await self._ops.is_directory(path, gate=entry.gate)
 
     async def stat(self, path: str) -> FileStat:
         async with self._audited("stat", path) as entry:
-            entry.set(resolved=self._targets(path)[1])
-            return await self.inner.stat(path)
+            return await self._ops.stat(path, gate=entry.gate)
 
     async def lstat(self, path: str) -> FileStat:
         async with self._audited("lstat", path) as entry:
-            entry.set(resolved=self._targets(path)[1])
-            return await self.inner.lstat(path)
+            return await self._ops.lstat(path, gate=entry.gate)
 
     async def readdir(self, path: str) -> list[str]:
         async with self._audited("readdir", path) as entry:
-            self._check("readdir", path, entry)
-            names = await self.inner.readdir(path)
+            names = await self._ops.readdir(path, gate=entry.gate)
             entry.set(count=len(names))
             return names
 
     async def list_dir(self, path: str) -> list[DirEntry]:
         async with self._audited("list_dir", path) as entry:
-            self._check("list_dir", path, entry)
-            entries = await self.inner.list_dir(path)
+            entries = await self._ops.list_dir(path, gate=entry.gate)
             entry.set(count=len(entries))
             return entries
 
@@ -294,15 +251,7 @@ class GuardedBackend:
         self, pattern: str, cwd: str, *, ignore: Sequence[str] = (), limit: int = 1000
     ) -> list[str]:
         async with self._audited("glob", cwd, pattern=pattern) as entry:
-            self._check("glob", cwd, entry)
-            base = self.relative(cwd)
-            found = await self.inner.glob(pattern, cwd, ignore=ignore, limit=limit)
-            if base is not None:
-                found = [
-                    name
-                    for name in found
-                    if not self.enforcer.read_denied(posixpath.join(base, name).lstrip("/"))
-                ]
+            found = await self._ops.glob(pattern, cwd, ignore=ignore, limit=limit, gate=entry.gate)
             entry.set(count=len(found))
             return found
 
@@ -317,16 +266,18 @@ class GuardedBackend:
         limit: int = 100,
     ) -> AsyncIterator[SearchMatch]:
         async with self._audited("search", path, pattern=pattern) as entry:
-            self._check("search", path, entry)
             sent = count = 0
-            matches = self.inner.search(
-                pattern, path, glob=glob, ignore_case=ignore_case, literal=literal, limit=limit
+            matches = self._ops.search(
+                pattern,
+                path,
+                glob=glob,
+                ignore_case=ignore_case,
+                literal=literal,
+                limit=limit,
+                gate=entry.gate,
             )
             try:
                 async for match in matches:
-                    rel = self.relative(match.path)
-                    if rel is not None and self.enforcer.read_denied(rel):
-                        continue  # never leak a denied file's lines through search
                     count += 1
                     sent += len(match.line_text or "")
                     entry.set(bytes_out=sent, count=count)
@@ -340,7 +291,6 @@ class GuardedBackend:
 
     async def write_file(self, path: str, content: bytes | str) -> None:
         async with self._audited("write_file", path) as entry:
-            self._check("write_file", path, entry, write=True)
             size = len(content.encode() if isinstance(content, str) else content)
             entry.set(bytes_in=size)
             limit = self.policy.max_write_bytes
@@ -350,14 +300,13 @@ class GuardedBackend:
                     path,
                     f"content is {size} bytes, above the policy's max_write_bytes ({limit})",
                 )
-            await self.inner.write_file(path, content)
+            await self._ops.write_file(path, content, gate=entry.gate)
 
     async def write_chunks(self, path: str, chunks: AsyncIterable[bytes]) -> None:
         """``write_file`` with content in pieces (:class:`~operations.ChunkedFileOperations`):
         the same checks and one audit line (op ``write_file``, total ``bytes_in``); past
         ``max_write_bytes`` the stream is refused with ``TooLarge`` and nothing is written."""
         async with self._audited("write_file", path) as entry:
-            self._check("write_file", path, entry, write=True)
             limit = self.policy.max_write_bytes
             received = 0
 
@@ -375,76 +324,19 @@ class GuardedBackend:
                     yield piece
 
             entry.set(bytes_in=0)
-            await write_chunks(self.inner, path, counted())
+            await self._ops.write_chunks(path, counted(), gate=entry.gate)
 
     async def mkdir(self, path: str) -> None:
         async with self._audited("mkdir", path) as entry:
-            self._check("mkdir", path, entry, write=True)
-            await self.inner.mkdir(path)
+            await self._ops.mkdir(path, gate=entry.gate)
 
     async def remove(self, path: str, *, recursive: bool = False) -> None:
         async with self._audited("remove", path, recursive=recursive) as entry:
-            self._check("remove", path, entry, write=True)
-            if recursive:
-                await self._check_tree("remove", path, None)
-            await self.inner.remove(path, recursive=recursive)
+            await self._ops.remove(path, recursive=recursive, gate=entry.gate)
 
     async def rename(self, source: str, destination: str) -> None:
         async with self._audited("rename", source, destination=destination) as entry:
-            self._check("rename", destination, entry, write=True)
-            entry.set(destination_resolved=entry.fields["resolved"])
-            self._check("rename", source, entry, write=True)
-            self._check_no_exposure("rename", source, destination)
-            try:
-                is_dir = (await self.inner.lstat(source)).kind is FileKind.DIRECTORY
-            except OpsError:
-                is_dir = False  # the rename itself reports what is wrong with the source
-            if is_dir:
-                await self._check_tree("rename", source, destination)
-            await self.inner.rename(source, destination)
-
-    def _check_no_exposure(self, op: str, source: str, destination: str) -> None:
-        """Refuse moving a read-denied file to a readable name (that would undo ``deny_read``)."""
-        src, dst = self.relative(source), self.relative(destination)
-        if src is None or dst is None:
-            return
-        try:
-            self.enforcer.check_read(op, src, shown=source)
-        except PolicyDenied as denied:
-            if not self.enforcer.read_denied(dst):
-                raise PolicyDenied(op, source, rule=denied.rule) from None
-
-    async def _check_tree(self, op: str, path: str, destination: str | None) -> None:
-        """Check every entry below directory ``path`` (and its new name under ``destination``)."""
-        pending = [path]
-        seen = 0
-        while pending:
-            directory = pending.pop()
-            try:
-                entries = await self.inner.list_dir(directory)
-            except OpsError:
-                continue  # not a directory, or gone: the operation itself reports it
-            for item in entries:
-                seen += 1
-                if seen > MAX_TREE_CHECK:
-                    raise PolicyDenied(
-                        op,
-                        path,
-                        f"more than {MAX_TREE_CHECK} entries to check against deny_write; "
-                        "remove or move smaller parts",
-                        rule="deny_write: tree too large to check",
-                    )
-                child = posixpath.join(directory, item.name)
-                for candidate in (child, _moved(child, path, destination)):
-                    rel = self.relative(candidate) if candidate is not None else None
-                    if rel is not None:
-                        self.enforcer.check_write(op, rel, shown=candidate)
-                if destination is not None:
-                    moved = _moved(child, path, destination)
-                    if moved is not None:
-                        self._check_no_exposure(op, child, moved)
-                if item.kind is FileKind.DIRECTORY:
-                    pending.append(child)
+            await self._ops.rename(source, destination, gate=entry.gate)
 
     # -- commands ------------------------------------------------------------------------------
 
@@ -473,13 +365,7 @@ class GuardedBackend:
         op = "exec" if shell == "bash" else "exec_powershell"
         shown = command if self.policy.audit.log_commands else _digest(command)
         async with self._audited(op, cwd, command=shown, timeout=timeout) as entry:
-            written, resolved = self._targets(cwd)
-            entry.set(resolved=resolved)
-            enforced = 0.0
-            for rel in dict.fromkeys(r for r in (written, resolved) if r is not None):
-                enforced = self.enforcer.check_exec(op, rel, shell, timeout, shown=cwd)
-            if written is None and resolved is None:
-                enforced = self.enforcer.check_exec(op, cwd, shell, timeout)
+            enforced = self.enforcer.check_exec(op, cwd, shell, timeout)
             entry.set(timeout=enforced)
             full_env = self._env.build(self.policy, env)
             result = await self._run_limited(
@@ -521,10 +407,16 @@ class GuardedBackend:
                 if pending is not None:
                     await pending
 
-        runner = self.inner if shell == "bash" else self.inner.powershell
+        runner = self._ops.exec if shell == "bash" else self._ops.exec_powershell
         try:
-            result = await runner.exec(
-                command, cwd, on_data=forward, signal=controller.signal, timeout=timeout, env=env
+            result = await runner(
+                command,
+                cwd,
+                on_data=forward,
+                signal=controller.signal,
+                timeout=timeout,
+                env=env,
+                gate=entry.gate,
             )
         finally:
             if remove is not None:
@@ -590,6 +482,10 @@ class _Audited:
         tb: TracebackType | None,
     ) -> None:
         guard, entry = self._guard, self._entry
+        gate = entry.gate
+        entry.fields["resolved"] = gate.resolved
+        if gate.destination is not None:
+            entry.fields["destination_resolved"] = gate.destination
         if exc is not None:
             entry.set(**_outcome(exc))
         entry.set(duration_ms=round((time.monotonic() - self._started) * 1000, 3))
@@ -607,12 +503,6 @@ class _Audited:
 def _path_of(entry: _Entry) -> str | None:
     path = entry.fields["path"]
     return path if isinstance(path, str) else None
-
-
-def _moved(child: str, source: str, destination: str | None) -> str | None:
-    if destination is None:
-        return None
-    return posixpath.join(destination, posixpath.relpath(child, source))
 
 
 def _digest(text: str) -> str:

@@ -21,14 +21,15 @@ import contextlib
 import os
 import stat as stat_module
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Self
+from typing import Literal, Self
 
 from ._abort import AbortSignal
+from ._chunked import FALLBACK_WRITE_LIMIT
 from ._errors import (
     AlreadyExists,
     DirectoryNotEmpty,
@@ -41,6 +42,7 @@ from ._errors import (
     TooLarge,
     Unavailable,
 )
+from ._gate import MAX_TREE_CHECK, Gate
 from ._mime import SNIFF_BYTES, sniff_image_mime_type
 from ._runner import CommandRunner
 from ._search import LineMatcher, search_file, search_tree
@@ -131,7 +133,13 @@ class InMemoryOperations:
         max_output_bytes: a command that outputs more is killed (``KillReason.OUTPUT_LIMIT``).
         time_scale: multiplies scripted sleeps and timeouts (see ``_runner``).
         clock: the source of modification times.
+
+    Every method takes an optional ``gate`` (:class:`~operations.Gate`), asked with the
+    root-relative path the call resolved (links followed) before it is used, as the broker core
+    does (:class:`~operations.GatedBackend`).
     """
+
+    decides_on_resolved_paths: Literal[True] = True
 
     def __init__(
         self,
@@ -263,14 +271,18 @@ class InMemoryOperations:
             raise
         self.log.append(OpRecord(op, path, "ok", detail))
 
-    def _existing(self, op: str, path: str, *, follow: bool = True) -> tuple[Resolved, Node]:
+    def _existing(
+        self, op: str, path: str, *, follow: bool = True, check: Check | None = None
+    ) -> tuple[Resolved, Node]:
         resolved = self.vfs.resolve(op, path, follow=follow)
+        if check is not None:
+            check(resolved.rel)  # a missing name too: a refusal must not tell what exists
         if resolved.node is None:
             raise NotFound(op, path)
         return resolved, resolved.node
 
-    def _regular_file(self, op: str, path: str) -> FileNode:
-        _, node = self._existing(op, path)
+    def _regular_file(self, op: str, path: str, check: Check | None = None) -> FileNode:
+        _, node = self._existing(op, path, check=check)
         if isinstance(node, DirNode):
             raise IsADirectory(op, path)
         if not isinstance(node, FileNode):
@@ -278,8 +290,8 @@ class InMemoryOperations:
         self.vfs.require_mode(op, path, node, 0o400, "readable")
         return node
 
-    def _directory(self, op: str, path: str) -> DirNode:
-        _, node = self._existing(op, path)
+    def _directory(self, op: str, path: str, check: Check | None = None) -> DirNode:
+        _, node = self._existing(op, path, check=check)
         if not isinstance(node, DirNode):
             raise NotADirectory(op, path)
         return node
@@ -323,9 +335,9 @@ class InMemoryOperations:
 
     # -- ReadOperations -----------------------------------------------------------------------
 
-    async def read_file(self, path: str) -> bytes:
+    async def read_file(self, path: str, *, gate: Gate | None = None) -> bytes:
         with self._op("read_file", path):
-            node = self._regular_file("read_file", path)
+            node = self._regular_file("read_file", path, gate and gate.read)
             if self.max_read_bytes is not None and len(node.data) > self.max_read_bytes:
                 raise TooLarge(
                     "read_file",
@@ -334,21 +346,38 @@ class InMemoryOperations:
                 )
             return node.data
 
-    async def access(self, path: str, *, writable: bool = False) -> None:
+    async def access(self, path: str, *, writable: bool = False, gate: Gate | None = None) -> None:
         with self._op("access", path):
-            _, node = self._existing("access", path)
+            resolved, node = self._existing("access", path, check=gate and gate.read)
+            if gate is not None and writable:
+                gate.write(resolved.rel)
             self.vfs.require_mode("access", path, node, 0o400, "readable")
             if writable:
                 self.vfs.require_mode("access", path, node, 0o200, "writable")
 
-    async def detect_image_mime_type(self, path: str) -> str | None:
+    async def detect_image_mime_type(self, path: str, *, gate: Gate | None = None) -> str | None:
         with self._op("detect_image_mime_type", path):
-            node = self._regular_file("detect_image_mime_type", path)
+            node = self._regular_file("detect_image_mime_type", path, gate and gate.read)
             return sniff_image_mime_type(node.data[:SNIFF_BYTES])
+
+    async def read_chunks(
+        self, path: str, *, chunk_size: int, gate: Gate | None = None
+    ) -> AsyncIterator[bytes]:
+        """``read_file`` sliced (the content is in memory anyway)."""
+        data = await self.read_file(path, gate=gate)
+        for start in range(0, len(data), chunk_size):
+            yield data[start : start + chunk_size]
+
+    async def read_small(self, path: str, limit: int, *, gate: Gate | None = None) -> bytes | None:
+        """``read_file`` of a file of at most ``limit`` bytes, else ``None``."""
+        data = await self.read_file(path, gate=gate)
+        return data if len(data) <= limit else None
 
     # -- WriteOperations ----------------------------------------------------------------------
 
-    async def write_file(self, path: str, content: bytes | str) -> None:
+    async def write_file(
+        self, path: str, content: bytes | str, *, gate: Gate | None = None
+    ) -> None:
         op = "write_file"
         with self._op(op, path):
             data = content.encode() if isinstance(content, str) else content
@@ -366,6 +395,8 @@ class InMemoryOperations:
                 raise IsADirectory(op, path)
             if isinstance(node, SpecialNode):
                 raise NotRegularFile(op, path)
+            if gate is not None:
+                gate.write(resolved.rel)
             self.vfs.require_writable_dir(op, path, resolved.parent)
             mode = 0o644
             if isinstance(node, FileNode):
@@ -374,13 +405,30 @@ class InMemoryOperations:
             # Atomic replace: a new node takes the name, keeping the replaced file's mode.
             resolved.parent.children[resolved.name] = FileNode(data, mode, self.vfs.clock())
 
-    async def mkdir(self, path: str) -> None:
+    async def write_chunks(
+        self, path: str, chunks: AsyncIterable[bytes], *, gate: Gate | None = None
+    ) -> None:
+        """``write_file`` of the concatenated ``chunks`` (held in memory, as the file will be)."""
+        buffer = bytearray()
+        async for piece in chunks:
+            buffer += piece
+            if len(buffer) > FALLBACK_WRITE_LIMIT:
+                raise TooLarge(
+                    "write_file",
+                    path,
+                    f"content exceeds {FALLBACK_WRITE_LIMIT} bytes on this backend",
+                )
+        await self.write_file(path, bytes(buffer), gate=gate)
+
+    async def mkdir(self, path: str, *, gate: Gate | None = None) -> None:
         op = "mkdir"
         with self._op(op, path):
             # A path ending in ".." names an existing directory; nothing is created for it.
             create = _strip_dir_suffix(path)[0].rsplit("/", 1)[-1] != ".."
             try:
-                resolved = self.vfs.resolve(op, path, follow=True, create_dirs=create)
+                resolved = self.vfs.resolve(
+                    op, path, follow=True, create_dirs=create, on_create=gate and gate.write
+                )
             except NotADirectory:
                 # "file/": an existing name that is not a directory is "already exists", as
                 # mkdir(2) says; a file on the way ("file/sub") stays NotADirectory.
@@ -392,41 +440,58 @@ class InMemoryOperations:
                 return
             if node is not None or resolved.via_final_link or resolved.name is None:
                 raise AlreadyExists(op, path)
+            if gate is not None:
+                gate.write(resolved.rel)
             self.vfs.require_writable_dir(op, path, resolved.parent)
             resolved.parent.children[resolved.name] = DirNode(mtime=self.vfs.clock())
 
     # -- LsOperations / FindOperations / GrepOperations --------------------------------------
 
-    async def exists(self, path: str) -> bool:
+    async def exists(self, path: str, *, gate: Gate | None = None) -> bool:
         with self._op("exists", path):
             try:
-                return self.vfs.resolve("exists", path, follow=True).node is not None
+                resolved = self.vfs.resolve("exists", path, follow=True)
             except InvalidArgument:
                 raise
             except OpsError:
                 return False
+            if resolved.node is not None and gate is not None:
+                gate.seen(resolved.rel)
+            return resolved.node is not None
 
-    async def stat(self, path: str) -> FileStat:
+    async def stat(self, path: str, *, gate: Gate | None = None) -> FileStat:
         with self._op("stat", path):
-            return stat_of(self._existing("stat", path)[1])
+            return stat_of(self._existing("stat", path, check=gate and gate.seen)[1])
 
-    async def readdir(self, path: str) -> list[str]:
+    async def readdir(self, path: str, *, gate: Gate | None = None) -> list[str]:
         with self._op("readdir", path):
-            directory = self._directory("readdir", path)
+            directory = self._directory("readdir", path, gate and gate.read)
             self.vfs.require_mode("readdir", path, directory, 0o400, "readable")
             return sorted(directory.children)
 
-    async def is_directory(self, path: str) -> bool:
+    async def is_directory(self, path: str, *, gate: Gate | None = None) -> bool:
         with self._op("is_directory", path):
-            return isinstance(self._existing("is_directory", path)[1], DirNode)
+            node = self._existing("is_directory", path, check=gate and gate.seen)[1]
+            return isinstance(node, DirNode)
 
     async def glob(
-        self, pattern: str, cwd: str, *, ignore: Sequence[str] = (), limit: int = 1000
+        self,
+        pattern: str,
+        cwd: str,
+        *,
+        ignore: Sequence[str] = (),
+        limit: int = 1000,
+        gate: Gate | None = None,
     ) -> list[str]:
         with self._op("glob", cwd, pattern):
-            top = self._directory("glob", cwd)
+            resolved, top = self._existing("glob", cwd, check=gate and gate.read)
+            if not isinstance(top, DirNode):
+                raise NotADirectory("glob", cwd)
             list_dir, read_file = self._walk_callbacks("glob", cwd, top)
-            return glob_paths(list_dir, read_file, pattern, ignore=ignore, limit=limit)
+            found = glob_paths(list_dir, read_file, pattern, ignore=ignore, limit=limit)
+            if gate is None:
+                return found
+            return [name for name in found if not gate.hidden(_join(resolved.rel, name))]
 
     def _walk_callbacks(
         self, op: str, base: str, top: DirNode
@@ -468,16 +533,24 @@ class InMemoryOperations:
         ignore_case: bool = False,
         literal: bool = False,
         limit: int = 100,
+        gate: Gate | None = None,
     ) -> AsyncIterator[SearchMatch]:
         op = "search"
         with self._op(op, path, pattern):
             matcher = LineMatcher(pattern, ignore_case=ignore_case, literal=literal)
-            _, node = self._existing(op, path)
+            resolved, node = self._existing(op, path, check=gate and gate.read)
             if isinstance(node, DirNode):
-                list_dir, read_file = self._walk_callbacks(op, path.rstrip("/"), node)
+                base = path.rstrip("/")
+                list_dir, read_file = self._walk_callbacks(op, base, node)
                 found = list(
                     search_tree(matcher, path, list_dir, read_file, glob=glob, limit=limit)
                 )
+                if gate is not None:  # never a read-denied file's lines
+                    found = [
+                        m
+                        for m in found
+                        if not gate.hidden(_join(resolved.rel, m.path[len(base) + 1 :]))
+                    ]
             elif isinstance(node, FileNode) and node.mode & 0o400:
                 found = list(search_file(matcher, path, node.data))[: max(0, limit)]
             else:
@@ -499,8 +572,35 @@ class InMemoryOperations:
         signal: AbortSignal | None = None,
         timeout: float | None = None,
         env: Mapping[str, str] | None = None,
+        gate: Gate | None = None,
     ) -> ExecResult:
-        return await self._exec(self.commands, "exec", command, cwd, on_data, signal, timeout, env)
+        return await self._exec(
+            self.commands, "exec", command, cwd, on_data, signal, timeout, env, gate
+        )
+
+    async def exec_powershell(
+        self,
+        command: str,
+        cwd: str,
+        *,
+        on_data: OnData,
+        signal: AbortSignal | None = None,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+        gate: Gate | None = None,
+    ) -> ExecResult:
+        """``powershell.exec`` with a gate (see :class:`~operations.GatedBackend`)."""
+        return await self._exec(
+            self._powershell.commands,
+            "powershell",
+            command,
+            cwd,
+            on_data,
+            signal,
+            timeout,
+            env,
+            gate,
+        )
 
     async def _exec(
         self,
@@ -512,11 +612,12 @@ class InMemoryOperations:
         signal: AbortSignal | None,
         timeout: float | None,
         env: Mapping[str, str] | None,
+        gate: Gate | None = None,
     ) -> ExecResult:
         try:
             if self._closed:
                 raise Unavailable(op, cwd, "the memory backend is closed")
-            self._directory(op, cwd)
+            self._directory(op, cwd, gate and gate.read)
         except OpsError as error:
             self.log.append(OpRecord(op, cwd, error.code, command))
             raise
@@ -542,11 +643,11 @@ class InMemoryOperations:
 
     # -- FileSystemOperations -----------------------------------------------------------------
 
-    async def lstat(self, path: str) -> FileStat:
+    async def lstat(self, path: str, *, gate: Gate | None = None) -> FileStat:
         with self._op("lstat", path):
-            return stat_of(self._existing("lstat", path, follow=False)[1])
+            return stat_of(self._existing("lstat", path, follow=False, check=gate and gate.seen)[1])
 
-    async def remove(self, path: str, *, recursive: bool = False) -> None:
+    async def remove(self, path: str, *, recursive: bool = False, gate: Gate | None = None) -> None:
         op = "remove"
         with self._op(op, path):
             resolved, node = self._existing(op, self._mutation_path(op, path), follow=False)
@@ -558,10 +659,14 @@ class InMemoryOperations:
                 )
             if isinstance(node, DirNode) and node.children and not recursive:
                 raise DirectoryNotEmpty(op, path)
+            if gate is not None:
+                gate.write(resolved.rel)
+                for rel in _tree(node, gate):
+                    gate.write(f"{resolved.rel}/{rel}", shown=f"{path.rstrip('/')}/{rel}")
             self.vfs.require_writable_dir(op, path, resolved.parent)
             del resolved.parent.children[resolved.name]
 
-    async def rename(self, source: str, destination: str) -> None:
+    async def rename(self, source: str, destination: str, *, gate: Gate | None = None) -> None:
         op = "rename"
         with self._op(op, source, destination):
             source_path = self._mutation_path(op, source)
@@ -593,14 +698,20 @@ class InMemoryOperations:
                     raise IsADirectory(op, destination)
                 if dst.dir_required:
                     raise NotADirectory(op, destination)
+            if gate is not None:
+                gate.move(src.rel, dst.rel)
+                for rel in _tree(node, gate):
+                    gate.move(
+                        f"{src.rel}/{rel}", f"{dst.rel}/{rel}", shown=f"{source.rstrip('/')}/{rel}"
+                    )
             self.vfs.require_writable_dir(op, source, src.parent)
             self.vfs.require_writable_dir(op, destination, dst.parent)
             del src.parent.children[src.name]
             dst.parent.children[dst.name] = node
 
-    async def list_dir(self, path: str) -> list[DirEntry]:
+    async def list_dir(self, path: str, *, gate: Gate | None = None) -> list[DirEntry]:
         with self._op("list_dir", path):
-            directory = self._directory("list_dir", path)
+            directory = self._directory("list_dir", path, gate and gate.read)
             self.vfs.require_mode("list_dir", path, directory, 0o400, "readable")
             return [
                 DirEntry(name, kind_of(directory.children[name]))
@@ -626,6 +737,30 @@ class InMemoryOperations:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+Check = Callable[[str], None]
+
+
+def _join(base: str, rel: str) -> str:
+    return f"{base}/{rel}" if base else rel
+
+
+def _tree(node: Node, gate: Gate) -> list[str]:
+    """The entries below ``node`` if it is a directory (relative to it, links not followed);
+    more than :data:`~operations.MAX_TREE_CHECK` is the gate's refusal."""
+    found: list[str] = []
+    pending: list[tuple[Node, str]] = [(node, "")]
+    while pending:
+        current, prefix = pending.pop()
+        if not isinstance(current, DirNode):
+            continue
+        for name, child in current.children.items():
+            found.append(prefix + name)
+            if len(found) > MAX_TREE_CHECK:
+                raise gate.tree_too_large()
+            pending.append((child, f"{prefix}{name}/"))
+    return found
 
 
 def _strip_dir_suffix(path: str) -> tuple[str, bool]:

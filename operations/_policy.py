@@ -426,10 +426,10 @@ class PolicyEnforcer:
 
         Raises:
             PolicyDenied: ``exec.enabled`` is false, ``shell`` is not in ``exec.shells``, the
-                timeout is above ``exec.max_timeout`` or not positive, or ``cwd`` is denied.
+                timeout is above ``exec.max_timeout`` or not positive. (Whether ``cwd`` may be
+                read is decided by the backend on the directory it opens, through a ``Gate``.)
         """
         spec = self.policy.exec
-        where = cwd
         cwd = cwd if shown is None else shown
         if not spec.enabled:
             raise PolicyDenied(op, cwd, rule="exec.enabled: false")
@@ -449,7 +449,6 @@ class PolicyEnforcer:
             raise PolicyDenied(
                 op, cwd, f"timeout must be positive, got {timeout:g}", rule="exec.timeout > 0"
             )
-        self.check_read(op, where, shown=cwd)
         return timeout
 
 

@@ -232,12 +232,15 @@ class VirtualTree:
         *,
         follow: bool,
         create_dirs: bool = False,
+        on_create: Callable[[str], None] | None = None,
     ) -> Resolved:
         """Resolve ``path`` beneath the root.
 
         Args:
             follow: follow a final symlink (always followed before a trailing slash).
             create_dirs: create missing intermediate directories (``mkdir -p``).
+            on_create: called with the root-relative path of each directory before it is
+                created (a gate's ``write``; it raises to refuse).
 
         Raises:
             InvalidArgument, EscapesRoot, NotFound (a missing intermediate), NotADirectory,
@@ -274,6 +277,8 @@ class VirtualTree:
                 if not create_dirs:
                     raise NotFound(op, path)
                 self.require_writable_dir(op, path, current)
+                if on_create is not None:
+                    on_create("/".join([*(n for n, _ in stack), token]))
                 child = DirNode(mtime=self.clock())
                 current.children[token] = child
             if isinstance(child, LinkNode) and (follow or not final or need_dir):

@@ -9,7 +9,7 @@ import pytest
 
 from broker import _landlock
 from broker._audit import AuditError, read_records, verify_files
-from broker._guard import Enforcement, resolver_beneath
+from broker._guard import Enforcement
 from broker._landlock import SandboxUnavailable, landlock_abi
 from operations import InMemoryOperations, Policy, PolicyDenied
 
@@ -48,12 +48,27 @@ async def test_wrap_checks_and_audits_each_connection(tmp_path: Path) -> None:
     assert verify_files([tmp_path / "audit.log"]).ok
 
 
-def test_symlinks_on_disk_are_resolved(tmp_path: Path) -> None:
-    enforcement = Enforcement.start(Policy(), str(tmp_path))
-    (tmp_path / ".env").write_text("TOKEN=1")
-    os.symlink(".env", tmp_path / "notes")
-    guard = enforcement.wrap(InMemoryOperations(root=str(tmp_path)), principal="p", transport="t")
-    assert guard._targets(str(tmp_path / "notes")) == ("notes", ".env")
+async def test_symlinks_on_disk_are_decided_on_their_target(tmp_path: Path) -> None:
+    from broker import Broker
+
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / ".env").write_text("TOKEN=1")
+    os.symlink(".env", root / "notes")
+    enforcement = Enforcement.start(Policy(), str(root), audit_log=tmp_path / "audit.log")
+    try:
+        async with Broker(str(root)) as core:
+            guard = enforcement.wrap(core, principal="p", transport="t")
+            with pytest.raises(PolicyDenied):
+                await guard.read_file(str(root / "notes"))
+    finally:
+        enforcement.close()
+    (record,) = read_records([tmp_path / "audit.log"])
+    assert (record["path"], record["resolved"], record["decision"]) == (
+        str(root / "notes"),
+        ".env",
+        "deny",
+    )
 
 
 def test_capabilities_report_the_sandbox(tmp_path: Path) -> None:
@@ -73,37 +88,44 @@ def test_capabilities_report_the_sandbox(tmp_path: Path) -> None:
         enforcement.close()
 
 
-def test_resolver_beneath_agrees_with_realpath(tmp_path: Path) -> None:
+@pytest.mark.parametrize("strategy", ["openat2", "walk"])
+async def test_the_gate_is_told_the_path_that_was_opened(tmp_path: Path, strategy: str) -> None:
+    """What the core reports to the gate is where the kernel opened the file: the same as
+    ``os.path.realpath`` for every in-root spelling, through either spelling of the root."""
+    from broker import Broker
+    from operations import Gate, PolicyEnforcer
+
     root = tmp_path / "root"
     (root / "src" / "pkg").mkdir(parents=True)
     (root / "src" / "pkg" / "a.py").write_text("")
-    (root / ".env").write_text("")
     os.symlink("pkg/a.py", root / "src" / "rel-link")
-    os.symlink(str(root / ".env"), root / "src" / "abs-link")
-    os.symlink("../..", root / "src" / "up")
-    os.symlink("loop", root / "loop")
+    os.symlink("..", root / "src" / "up")
     (root / "a" / "sub").mkdir(parents=True)
     (root / "a" / "secret").write_text("")
     os.symlink("a/sub", root / "l")
     alias = tmp_path / "alias"
     os.symlink(root, alias)
-    resolve = resolver_beneath(str(alias))
-    for base in (root, alias):
-        for rel in (
-            "",
-            "src/pkg/a.py",
-            "src/rel-link",
-            "src/abs-link",
-            "src/up/root/.env",
-            "missing/x",
-            "src/pkg/../pkg/a.py",
-            "loop",
-            "src/pkg/a.py/x",
-            "l/../secret",  # physically a/secret, lexically secret
-        ):
-            path = str(base / rel) if rel else str(base)
-            assert resolve(path) == os.path.realpath(path), path
-    assert resolve("/elsewhere/x") == "/elsewhere/x"
+    enforcer = PolicyEnforcer(Policy())
+    async with Broker(str(alias), resolver=strategy) as core:
+        for base in (root, alias):
+            for rel in (
+                "src/pkg/a.py",
+                "src/rel-link",
+                "src/up/src/pkg/a.py",
+                "src/pkg/../pkg/a.py",
+                "l/../secret",  # physically a/secret, lexically secret
+            ):
+                path = str(base / rel)
+                gate = Gate(enforcer, "read_file", path)
+                await core.read_file(path, gate=gate)
+                assert gate.resolved == _real_relative(path, root), path
+            gate = Gate(enforcer, "list_dir", str(base))
+            await core.list_dir(str(base), gate=gate)
+            assert gate.resolved == ""
+
+
+def _real_relative(path: str, root: Path) -> str:
+    return os.path.relpath(os.path.realpath(path), os.path.realpath(root))
 
 
 async def test_dotdot_after_a_symlink_is_checked_where_it_lands(tmp_path: Path) -> None:

@@ -134,12 +134,21 @@ async def test_moving_a_secret_to_a_readable_name_is_refused() -> None:
     assert "sub/.env" in inner.files
 
 
-async def test_symlink_target_is_checked_when_a_resolver_is_given() -> None:
-    links = {f"{ROOT}/notes": f"{ROOT}/.env"}
-    guard, _, _ = make(resolve=lambda path: links.get(path, path))
+async def test_a_backend_that_resolves_is_asked_about_the_link_target() -> None:
+    from operations import InMemoryOperations, Symlink
+
+    inner = InMemoryOperations({".env": b"TOKEN=abc\n", "notes": Symlink(".env")}, root=ROOT)
+    guard = GuardedBackend(inner, Policy(), close_inner=False)
     with pytest.raises(PolicyDenied) as info:
         await guard.read_file(f"{ROOT}/notes")
     assert info.value.rule == "deny_read: **/.env"
+
+
+async def test_a_backend_that_cannot_resolve_is_judged_on_the_path_as_written() -> None:
+    guard, inner, _ = make()
+    with pytest.raises(PolicyDenied):
+        await guard.read_file(f"{ROOT}/sub/../.env")
+    assert "read_file" not in inner.calls  # refused before the backend saw it
 
 
 async def test_search_and_glob_never_show_denied_files() -> None:
