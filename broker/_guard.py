@@ -18,7 +18,9 @@ from operations import Backend, GuardedBackend, Policy
 from ._audit import AuditError, AuditLog
 from ._landlock import Sandbox, sandbox_status
 
-__all__ = ["Enforcement"]
+__all__ = ["MAX_GUARDS", "Enforcement"]
+
+MAX_GUARDS = 1024  # cached (principal, peer) guards of one broker; cleared when full
 
 
 class Enforcement:
@@ -39,6 +41,7 @@ class Enforcement:
         self.audit = audit
         self.sandbox = sandbox
         self.sandbox_status = status
+        self._guards: dict[tuple[int, str, str, str | None], GuardedBackend] = {}
 
     @classmethod
     def start(
@@ -66,6 +69,11 @@ class Enforcement:
                 audit.close()
             raise
         return cls(policy, audit, sandbox, status)
+
+    @property
+    def sandbox_active(self) -> bool:
+        """Whether commands run in the policy's Landlock sandbox."""
+        return bool(self.sandbox_status.get("active"))
 
     def capabilities(self) -> dict[str, object]:
         """For the broker's capabilities: sandbox mode, whether it is active, the Landlock ABI,
@@ -95,6 +103,21 @@ class Enforcement:
             peer=peer,
             close_inner=False,
         )
+
+    def guard(
+        self, core: Backend, *, principal: str, transport: str, peer: str | None = None
+    ) -> GuardedBackend:
+        """:meth:`wrap`, kept for the next call of the same caller (a front-end whose calls
+        are not tied to a connection, like gRPC): at most :data:`MAX_GUARDS` are kept."""
+        key = (id(core), principal, transport, peer)
+        guard = self._guards.get(key)
+        if guard is None:
+            if len(self._guards) >= MAX_GUARDS:
+                self._guards.clear()
+            guard = self._guards[key] = self.wrap(
+                core, principal=principal, transport=transport, peer=peer
+            )
+        return guard
 
     def record_refusal(
         self,

@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from operations import Backend, InvalidArgument, load_policy
 
 from ._auth import TokenTable
+from ._frontends._service import broker_version, capabilities_of
 from ._frontends.grpc import SERVICE_NAME, AuthenticatedServer, Authenticator, BrokerServicer
 from ._guard import Enforcement
 
@@ -120,13 +121,6 @@ class BrokerConfig(BaseModel):
                 data[key] = str(base / data[key])
         data.update({k: v for k, v in overrides.items() if v is not None})
         return cls.model_validate(data)
-
-
-def _version() -> str:
-    try:
-        return importlib.metadata.version("opsbroker")
-    except importlib.metadata.PackageNotFoundError:
-        return "0+source"
 
 
 def _is_unix(address: str) -> bool:
@@ -277,7 +271,7 @@ class BrokerServer:
             maximum_concurrent_rpcs=config.max_concurrent_calls,
         )
         self._servicer = BrokerServicer(
-            self._backend, version=_version(), enforcement=self.enforcement
+            self._backend, version=broker_version(), enforcement=self.enforcement
         )
         # Every service is added through `authenticated`: each of its methods checks the
         # caller before it runs (health and reflection included).
@@ -421,6 +415,11 @@ class BrokerServer:
                     int(port),
                     guard=self._ssh_guard(),
                     refused=self._ssh_refused(),
+                    version=broker_version(),
+                    info=capabilities_of(
+                        backend,
+                        None if self.enforcement is None else self.enforcement.sandbox_active,
+                    ),
                 )
             except OSError as exc:
                 raise InvalidArgument("serve", address, f"cannot listen: {exc}") from None

@@ -20,7 +20,7 @@ import inspect
 import io
 import os
 import urllib.parse
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Final, Self, TypeVar
 
@@ -177,12 +177,6 @@ class _Call:
         session.write(session.frames.send(Message(message.SerializeToString())))
         await session.writable.wait()
 
-    def send_nowait(self, message: ProtoMessage) -> None:
-        """Send a message if the call can still take one (used by abort listeners)."""
-        session = self.session
-        if not self.ended and not session.broken and session.frames.our_state is State.SEND:
-            session.write(session.frames.send(Message(message.SerializeToString())))
-
     def end_input(self) -> None:
         session = self.session
         if not session.broken and session.frames.our_state is State.SEND:
@@ -275,6 +269,7 @@ class SSHBackend:
         self._connecting: asyncio.Lock | None = None
         self._root: str | None = None
         self._idle: list[_ChannelSession] = []
+        self._aborts: set[asyncio.Task[None]] = set()  # AbortRun calls on their way
         self._closed = False
         self.powershell: PowerShellOperations = ShellExec(
             lambda command, cwd, on_data, signal, timeout, env: self.exec(
@@ -337,6 +332,8 @@ class SSHBackend:
         self._closed = True
         conn, self._conn = self._conn, None
         self._idle.clear()
+        for task in list(self._aborts):
+            task.cancel()
         if conn is not None:
             conn.close()
             await conn.wait_closed()
@@ -579,6 +576,28 @@ class SSHBackend:
 
     # -- BashOperations --
 
+    def _on_abort(self, signal: AbortSignal | None, abort_id: str) -> Callable[[], None]:
+        """Send ``AbortRun(abort_id)`` when ``signal`` aborts; returns the un-listen function.
+        A failed AbortRun is ignored: the caller's cancellation still kills the command."""
+        if signal is None:
+            return lambda: None
+        loop = asyncio.get_running_loop()
+        request = pb.AbortRunRequest(abort_id=abort_id)
+
+        async def send() -> None:
+            with contextlib.suppress(OpsError):
+                await self._unary("AbortRun", request, pb.Empty)
+
+        def start() -> None:
+            task = loop.create_task(send())
+            self._aborts.add(task)
+            task.add_done_callback(self._aborts.discard)
+
+        def listener() -> None:
+            loop.call_soon_threadsafe(start)
+
+        return signal.add_listener(listener)
+
     async def exec(
         self,
         command: str,
@@ -596,10 +615,15 @@ class SSHBackend:
         command = _text("exec", command, what="command")
         if signal is not None and signal.aborted:
             return ExecResult(None, KillReason.ABORTED)  # aborted before it started: run nothing
-        start = pb.ExecRequest(command=command, cwd=cwd, shell=shell, timeout=timeout, env=env)
+        # One request (Run), as on every transport: an abort travels as an AbortRun naming the
+        # command by this id, on another channel, and the Run call then reports the kill.
+        abort_id = os.urandom(16).hex()
+        start = pb.ExecRequest(
+            command=command, cwd=cwd, shell=shell, timeout=timeout, env=env, abort_id=abort_id
+        )
         result: ExecResult | None = None
-        async with self._call("Exec", pb.ExecInput(start=start), cwd, streaming_input=True) as call:
-            remove = _on_abort(signal, call)
+        async with self._call("Run", start, cwd) as call:
+            remove = self._on_abort(signal, abort_id)
             try:
                 while (data := await call.receive()) is not None:
                     event = pb.ExecEvent()
@@ -636,19 +660,6 @@ def _text(op: str, value: object, *, what: str = "path") -> str:
     return value
 
 
-def _on_abort(signal: AbortSignal | None, call: _Call) -> Any:
-    """Send the protocol's abort message when ``signal`` aborts; returns the un-listen function."""
-    if signal is None:
-        return lambda: None
-    loop = asyncio.get_running_loop()
-    abort = pb.ExecInput(abort=pb.Empty())
-
-    def listener() -> None:
-        loop.call_soon_threadsafe(call.send_nowait, abort)
-
-    return signal.add_listener(listener)
-
-
 _OPS: Final[dict[str, str]] = {
     "Capabilities": "connect",
     "ReadFile": "read_file",
@@ -666,7 +677,8 @@ _OPS: Final[dict[str, str]] = {
     "Rename": "rename",
     "Glob": "glob",
     "Search": "search",
-    "Exec": "exec",
+    "Run": "exec",
+    "AbortRun": "abort_exec",
 }
 
 

@@ -1,18 +1,23 @@
-"""The Broker service's calls over any :class:`operations.Backend`, transport-neutral.
+"""The broker service: the one table of handlers behind every front-end.
 
-Each call is a translation: wire request -> backend call -> wire responses. A transport supplies a
-:class:`Call` (send a response message, receive the client's further messages) and turns an
-:class:`~operations.OpsError` raised here into its own error status. The SSH subsystem drives
-these directly; the method names and messages are those of ``service Broker`` in the proto.
+Each handler takes a request message of ``service Broker`` (``proto/opsbroker/v1``) and a
+:class:`Call`, calls the backend the call runs on, and sends the reply messages. Validation, limits,
+error texts, the idle timeout of client streams, output coalescing and shutdown all live here, so
+the gRPC servicer and the SSH subsystem are translations of their wire into these calls and hold
+no logic of their own: a difference between them is a bug here or in a translation.
+
+A transport looks a method up in :data:`METHODS`, decodes the request (``Method.request``), hands
+in a :class:`Call`, and turns an :class:`~operations.OpsError` raised here into its own status.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+import math
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from importlib import metadata
-from typing import Final, Protocol, TypeVar
+from typing import Any, Final, Protocol
 
 from google.protobuf.message import DecodeError
 from google.protobuf.message import Message as ProtoMessage
@@ -21,7 +26,6 @@ from opsbroker.v1.codec import (
     CHUNK_BYTES,
     batches,
     capabilities_to_wire,
-    chunks,
     entry_to_wire,
     exit_to_wire,
     match_to_wire,
@@ -31,20 +35,31 @@ from opsbroker.v1.codec import (
 from operations import (
     AbortController,
     Backend,
+    BashOperations,
     ExecResult,
     InvalidArgument,
     KillReason,
+    Timeout,
     TooLarge,
     read_chunks,
     read_small,
     write_chunks,
 )
 
+from ._output import CommandOutput
 from ._runs import Runs
 
-__all__ = ["DEFAULT_MAX_UPLOAD_BYTES", "METHODS", "Call", "Service"]
-
-M = TypeVar("M", bound=ProtoMessage)
+__all__ = [
+    "DEFAULT_MAX_UPLOAD_BYTES",
+    "METHODS",
+    "STREAM_IDLE_TIMEOUT",
+    "Call",
+    "Method",
+    "Service",
+    "broker_version",
+    "capabilities_of",
+    "decode",
+]
 
 SHUTDOWN: Final = object()
 """The abort reason of commands killed because the broker stops (reported as ``SHUTDOWN``)."""
@@ -53,20 +68,64 @@ DEFAULT_MAX_UPLOAD_BYTES: Final = 1024 * 1024 * 1024
 """Most bytes one WriteFile may stream in (the core streams to a temp file, but a backend without
 ``write_chunks`` buffers the whole file before its atomic write)."""
 
+STREAM_IDLE_TIMEOUT: Final = 60.0
+"""Seconds a client stream may stall between messages before the call gives up (Timeout)."""
+
+OUTPUT_EVENT_BYTES: Final = 4 * CHUNK_BYTES
+"""Command output merged into one ExecEvent, at most (well under gRPC's 4 MiB)."""
+
 
 class Call(Protocol):
     """What a transport offers one running call."""
 
+    @property
+    def ops(self) -> Backend:
+        """The backend this call runs on: the core behind the caller's policy and audit."""
+        ...
+
+    @property
+    def principal(self) -> str | None:
+        """Who is calling (aborts are matched per principal)."""
+        ...
+
     async def send(self, message: ProtoMessage) -> None:
-        """Send one response message (waits while the peer is not reading: backpressure)."""
+        """Send one reply message (waits while the peer is not reading: backpressure)."""
         ...
 
-    async def receive(self) -> bytes | None:
-        """The next serialized request message from the client, or ``None`` at end of input."""
+    async def receive(self) -> ProtoMessage | None:
+        """The next message of a client stream, decoded as the method's request type, or
+        ``None`` at the end of the stream.
+
+        Raises:
+            InvalidArgument: the message does not decode.
+        """
+        ...
+
+    async def discard_input(self) -> None:
+        """After a failure, consume what the client still sends if this transport needs that
+        for the failure to reach it (gRPC); a no-op where it does not."""
         ...
 
 
-def parse(cls: type[M], data: bytes, op: str) -> M:
+def broker_version() -> str:
+    """The installed opsbroker's version (``0+unknown`` from a bare source tree)."""
+    try:
+        return metadata.version("opsbroker")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+def capabilities_of(backend: Backend, sandbox_active: bool | None = None) -> dict[str, Any]:
+    """What ``Capabilities`` reports: the backend's own facts (``backend.capabilities()``, if
+    it has one), and whether the policy's sandbox is active when the broker knows it."""
+    describe = getattr(backend, "capabilities", None)
+    info = dict(describe() if callable(describe) else {})
+    if sandbox_active is not None:
+        info["sandbox"] = sandbox_active
+    return info
+
+
+def decode(cls: type[ProtoMessage], data: bytes, op: str) -> ProtoMessage:
     """Deserialize a request message; a malformed one is the caller's InvalidArgument."""
     message = cls()
     try:
@@ -76,38 +135,48 @@ def parse(cls: type[M], data: bytes, op: str) -> M:
     return message
 
 
-try:
-    _VERSION = metadata.version("opsbroker")
-except metadata.PackageNotFoundError:  # running from a source tree
-    _VERSION = "0+unknown"
-
-
 class Service:
-    """The calls of ``service Broker``, served by ``backend``.
+    """The handlers of ``service Broker``.
 
     Args:
-        backend: where the work happens (the broker core, or any Operations backend).
-        max_upload_bytes: the most bytes a WriteFile may stream in before it is refused.
+        version: reported by ``Capabilities``.
+        root: the workspace root, reported by ``Capabilities``.
+        info: what ``Capabilities`` reports about the backend (``resolver``, ``cgroup_kill``,
+            ``sandbox``, ``powershell``, ``limits``).
         read_chunk_bytes: the size of ReadFile's pieces, at most ``CHUNK_BYTES`` (a transport
             picks the size whose messages fit its packets).
+        output_event_bytes: the most output one ExecEvent carries (what fits one message).
+        max_upload_bytes: the most bytes a WriteFile may stream in before it is refused.
     """
 
     def __init__(
         self,
-        backend: Backend,
         *,
-        max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES,
+        version: str,
+        root: str,
+        info: Mapping[str, Any],
         read_chunk_bytes: int = CHUNK_BYTES,
-    ):
+        output_event_bytes: int = OUTPUT_EVENT_BYTES,
+        max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES,
+    ) -> None:
         if not 0 < read_chunk_bytes <= CHUNK_BYTES:
             raise ValueError(
                 f"read_chunk_bytes must be in 1..{CHUNK_BYTES}, got {read_chunk_bytes}"
             )
-        self.backend = backend
-        self.max_upload_bytes = max_upload_bytes
+        self._capabilities = capabilities_to_wire(version, root, info)
         self.read_chunk_bytes = read_chunk_bytes
+        self.output_event_bytes = output_event_bytes
+        self.max_upload_bytes = max_upload_bytes
         self._running: set[AbortController] = set()
-        self._runs: Runs[str] = Runs()  # Run calls by abort_id (one connection, one principal)
+        self._runs: Runs[tuple[str | None, str]] = Runs()  # by (principal, abort_id)
+        self._cleanups: set[asyncio.Future[None]] = set()
+
+    # -- lifetime ------------------------------------------------------------------------------
+
+    @property
+    def running(self) -> int:
+        """How many commands are running now."""
+        return len(self._running)
 
     def kill_running(self) -> int:
         """Abort every running command (the broker stops); their callers see ``SHUTDOWN``."""
@@ -116,113 +185,141 @@ class Service:
             controller.abort(SHUTDOWN)
         return len(running)
 
-    async def Capabilities(self, request: bytes, call: Call) -> None:
-        describe = getattr(self.backend, "capabilities", None)
-        info = describe() if callable(describe) else {}
-        await call.send(capabilities_to_wire(_VERSION, self.backend.root, info))
+    async def drain(self, timeout: float) -> None:
+        """Wait (at most ``timeout`` seconds) for cleanups that outlived their calls."""
+        if self._cleanups:
+            await asyncio.wait(set(self._cleanups), timeout=timeout)
 
-    async def ReadFile(self, request: bytes, call: Call) -> None:
-        path = parse(pb.PathRequest, request, "read_file").path
-        async for chunk in read_chunks(self.backend, path, self.read_chunk_bytes):
-            await call.send(pb.Chunk(data=chunk))
+    async def _finish(self, cleanup: Awaitable[None]) -> None:
+        """Run ``cleanup`` (closing a backend stream: its helper process must be reaped) to the
+        end even if this call is cancelled again meanwhile; :meth:`drain` waits for leftovers."""
+        task = asyncio.ensure_future(cleanup)
+        self._cleanups.add(task)
+        task.add_done_callback(self._cleanups.discard)
+        task.add_done_callback(_retrieve)
+        await asyncio.shield(task)
 
-    async def ReadSmallFile(self, request: bytes, call: Call) -> None:
-        path = parse(pb.PathRequest, request, "read_file").path
-        data = await read_small(self.backend, path, CHUNK_BYTES)
+    # -- the handlers --------------------------------------------------------------------------
+
+    async def Capabilities(self, request: pb.CapabilitiesRequest, call: Call) -> None:
+        await call.send(self._capabilities)
+
+    async def ReadFile(self, request: pb.PathRequest, call: Call) -> None:
+        pieces = read_chunks(call.ops, request.path, self.read_chunk_bytes)
+        try:
+            async for piece in pieces:
+                await call.send(pb.Chunk(data=piece))
+        except BaseException:
+            # A stream that ran to its end is closed already; only an interrupted one must
+            # still be closed (and the cleanup task costs a loop pass: not per call).
+            await self._finish(pieces.aclose())
+            raise
+
+    async def ReadSmallFile(self, request: pb.PathRequest, call: Call) -> None:
+        data = await read_small(call.ops, request.path, CHUNK_BYTES)
         await call.send(pb.SmallFile(data=data or b"", complete=data is not None))
 
-    async def Access(self, request: bytes, call: Call) -> None:
-        req = parse(pb.AccessRequest, request, "access")
-        await self.backend.access(req.path, writable=req.writable)
+    async def Access(self, request: pb.AccessRequest, call: Call) -> None:
+        await call.ops.access(request.path, writable=request.writable)
         await call.send(pb.Empty())
 
-    async def DetectImageMimeType(self, request: bytes, call: Call) -> None:
-        path = parse(pb.PathRequest, request, "detect_image_mime_type").path
-        mime = await self.backend.detect_image_mime_type(path)
+    async def DetectImageMimeType(self, request: pb.PathRequest, call: Call) -> None:
+        mime = await call.ops.detect_image_mime_type(request.path)
         await call.send(pb.MimeTypeReply(mime_type=mime or ""))
 
-    async def WriteFile(self, request: bytes, call: Call) -> None:
-        first = parse(pb.WriteFileRequest, request, "write_file")
+    async def WriteFile(self, request: None, call: Call) -> None:
+        """A stream of ``WriteFileRequest``: the first names the path (and may announce the
+        size); the content follows. Nothing is written unless the whole stream arrives."""
+        try:
+            await write_chunks(call.ops, *await self._upload(call))
+        except BaseException:
+            await call.discard_input()
+            raise
+        await call.send(pb.Empty())
+
+    async def _upload(self, call: Call) -> tuple[str, AsyncIterator[bytes]]:
+        first = await _next(call, "write_file")
+        if not isinstance(first, pb.WriteFileRequest) or not first.path:
+            raise InvalidArgument(
+                "write_file", None, "the first message of the stream must carry the path"
+            )
         path = first.path
-        received = 0
+        expected = first.size if first.HasField("size") else None
+        if expected is not None and expected < 0:
+            raise InvalidArgument("write_file", path, f"`size` must be >= 0, got {expected}")
+        cap = self.max_upload_bytes
 
         async def pieces() -> AsyncIterator[bytes]:
-            nonlocal received
-            data: bytes | None = first.data
-            while data is not None:
-                received += len(data)
-                if received > self.max_upload_bytes:
-                    raise TooLarge(
-                        "write_file", path, f"upload exceeds {self.max_upload_bytes} bytes"
+            received = 0
+            message: pb.WriteFileRequest | None = first
+            while message is not None:
+                received += len(message.data)
+                if expected is not None and received > expected:
+                    raise InvalidArgument(
+                        "write_file", path, f"stream is longer than its size {expected}"
                     )
-                yield data
-                more = await call.receive()
-                data = None if more is None else parse(pb.WriteFileRequest, more, "write_file").data
-            if first.HasField("size") and first.size != received:
+                if received > cap:
+                    raise TooLarge("write_file", path, f"upload exceeds {cap} bytes")
+                if message.data:
+                    yield message.data
+                message = await _next(call, "write_file")  # type: ignore[assignment]
+            if expected is not None and received != expected:
                 raise InvalidArgument(
-                    "write_file", path, f"announced {first.size} bytes, received {received}"
+                    "write_file",
+                    path,
+                    f"stream ended after {received} of {expected} bytes; nothing was written",
                 )
 
-        await write_chunks(self.backend, path, pieces())
+        return path, pieces()
+
+    async def Mkdir(self, request: pb.PathRequest, call: Call) -> None:
+        await call.ops.mkdir(request.path)
         await call.send(pb.Empty())
 
-    async def Mkdir(self, request: bytes, call: Call) -> None:
-        await self.backend.mkdir(parse(pb.PathRequest, request, "mkdir").path)
-        await call.send(pb.Empty())
+    async def Exists(self, request: pb.PathRequest, call: Call) -> None:
+        await call.send(pb.BoolReply(value=await call.ops.exists(request.path)))
 
-    async def Exists(self, request: bytes, call: Call) -> None:
-        path = parse(pb.PathRequest, request, "exists").path
-        await call.send(pb.BoolReply(value=await self.backend.exists(path)))
+    async def Stat(self, request: pb.PathRequest, call: Call) -> None:
+        await call.send(stat_to_wire(await call.ops.stat(request.path)))
 
-    async def Stat(self, request: bytes, call: Call) -> None:
-        path = parse(pb.PathRequest, request, "stat").path
-        await call.send(stat_to_wire(await self.backend.stat(path)))
+    async def Lstat(self, request: pb.PathRequest, call: Call) -> None:
+        await call.send(stat_to_wire(await call.ops.lstat(request.path)))
 
-    async def Lstat(self, request: bytes, call: Call) -> None:
-        path = parse(pb.PathRequest, request, "lstat").path
-        await call.send(stat_to_wire(await self.backend.lstat(path)))
+    async def IsDirectory(self, request: pb.PathRequest, call: Call) -> None:
+        await call.send(pb.BoolReply(value=await call.ops.is_directory(request.path)))
 
-    async def IsDirectory(self, request: bytes, call: Call) -> None:
-        path = parse(pb.PathRequest, request, "is_directory").path
-        await call.send(pb.BoolReply(value=await self.backend.is_directory(path)))
-
-    async def Readdir(self, request: bytes, call: Call) -> None:
-        names = await self.backend.readdir(parse(pb.PathRequest, request, "readdir").path)
-        for batch in batches(names):
+    async def Readdir(self, request: pb.PathRequest, call: Call) -> None:
+        for batch in batches(await call.ops.readdir(request.path)):
             await call.send(pb.Names(names=batch))
 
-    async def ListDir(self, request: bytes, call: Call) -> None:
-        entries = await self.backend.list_dir(parse(pb.PathRequest, request, "list_dir").path)
+    async def ListDir(self, request: pb.PathRequest, call: Call) -> None:
+        entries = await call.ops.list_dir(request.path)
         for batch in batches(entries, lambda entry: entry.name):
             await call.send(pb.DirEntries(entries=[entry_to_wire(e) for e in batch]))
 
-    async def Remove(self, request: bytes, call: Call) -> None:
-        req = parse(pb.RemoveRequest, request, "remove")
-        await self.backend.remove(req.path, recursive=req.recursive)
+    async def Remove(self, request: pb.RemoveRequest, call: Call) -> None:
+        await call.ops.remove(request.path, recursive=request.recursive)
         await call.send(pb.Empty())
 
-    async def Rename(self, request: bytes, call: Call) -> None:
-        req = parse(pb.RenameRequest, request, "rename")
-        await self.backend.rename(req.source, req.destination)
+    async def Rename(self, request: pb.RenameRequest, call: Call) -> None:
+        await call.ops.rename(request.source, request.destination)
         await call.send(pb.Empty())
 
-    async def Glob(self, request: bytes, call: Call) -> None:
-        req = parse(pb.GlobRequest, request, "glob")
-        paths = await self.backend.glob(
-            req.pattern, req.cwd, ignore=list(req.ignore), limit=req.limit
+    async def Glob(self, request: pb.GlobRequest, call: Call) -> None:
+        found = await call.ops.glob(
+            request.pattern, request.cwd, ignore=list(request.ignore), limit=request.limit
         )
-        for batch in batches(paths):
+        for batch in batches(found):
             await call.send(pb.Names(names=batch))
 
-    async def Search(self, request: bytes, call: Call) -> None:
-        req = parse(pb.SearchRequest, request, "search")
-        matches = self.backend.search(
-            req.pattern,
-            req.path,
-            glob=req.glob if req.HasField("glob") else None,
-            ignore_case=req.ignore_case,
-            literal=req.literal,
-            limit=req.limit,
+    async def Search(self, request: pb.SearchRequest, call: Call) -> None:
+        matches = call.ops.search(
+            request.pattern,
+            request.path,
+            glob=request.glob if request.HasField("glob") else None,
+            ignore_case=request.ignore_case,
+            literal=request.literal,
+            limit=request.limit,
         )
         try:
             async for match in matches:
@@ -230,79 +327,134 @@ class Service:
         finally:
             aclose = getattr(matches, "aclose", None)
             if aclose is not None:
-                await aclose()
+                await self._finish(aclose())
 
-    async def Exec(self, request: bytes, call: Call) -> None:
-        """Run a command; a later ``ExecInput.abort`` aborts it (the call still ends normally).
+    async def Run(self, request: pb.ExecRequest, call: Call) -> None:
+        """Run a command, streaming its output, then its exit event; ``AbortRun`` with the
+        request's ``abort_id`` (same principal) aborts it, and the exit event says so.
 
         **Cancellation:** cancelling the call cancels the backend's exec, which kills the tree
         before the cancellation propagates.
         """
-        first = parse(pb.ExecInput, request, "exec")
-        if first.WhichOneof("input") != "start":
-            raise InvalidArgument("exec", None, "the first ExecInput must be 'start'")
-        req = first.start
+        runner = _runner(call.ops, request)
+        timeout = _timeout(request)
         controller = AbortController()
-
-        async def watch_input() -> None:
-            while (more := await call.receive()) is not None:
-                if parse(pb.ExecInput, more, "exec").WhichOneof("input") == "abort":
-                    controller.abort("client")
-
-        watcher = asyncio.create_task(watch_input())
-        try:
-            await self._run(req, call, controller)
-        finally:
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError, InvalidArgument):
-                await watcher
-
-    async def Run(self, request: bytes, call: Call) -> None:
-        """Exec in one request; ``AbortRun`` with the request's ``abort_id`` aborts it."""
-        req = parse(pb.ExecRequest, request, "exec")
-        controller = AbortController()
-        key = req.abort_id
-        if not key:
-            await self._run(req, call, controller)
+        if not request.abort_id:
+            await self._run(runner, request, timeout, call, controller)
             return
-        with self._runs.running(key, controller, req.cwd):
-            await self._run(req, call, controller)
+        with self._runs.running((call.principal, request.abort_id), controller, request.cwd):
+            await self._run(runner, request, timeout, call, controller)
 
-    async def AbortRun(self, request: bytes, call: Call) -> None:
-        key = parse(pb.AbortRunRequest, request, "abort_exec").abort_id
-        if not key:
+    async def AbortRun(self, request: pb.AbortRunRequest, call: Call) -> None:
+        if not request.abort_id:
             raise InvalidArgument("abort_exec", None, "`abort_id` must not be empty")
-        self._runs.abort(key)
+        self._runs.abort((call.principal, request.abort_id))
         await call.send(pb.Empty())
 
-    async def _run(self, req: pb.ExecRequest, call: Call, controller: AbortController) -> None:
-        ops = self.backend.powershell if req.shell == pb.SHELL_POWERSHELL else self.backend
-
-        async def on_data(data: bytes) -> None:
-            for chunk in chunks(data):
-                await call.send(pb.ExecEvent(output=chunk))
-
+    async def _run(
+        self,
+        runner: BashOperations,
+        request: pb.ExecRequest,
+        timeout: float | None,
+        call: Call,
+        controller: AbortController,
+    ) -> None:
+        output = CommandOutput(call.send, event_bytes=self.output_event_bytes)
         self._running.add(controller)
         try:
-            result = await ops.exec(
-                req.command,
-                req.cwd,
-                on_data=on_data,
+            result = await runner.exec(
+                request.command,
+                request.cwd,
+                on_data=output,
                 signal=controller.signal,
-                timeout=req.timeout if req.HasField("timeout") else None,
-                env=dict(req.env) if req.env else None,
+                timeout=timeout,
+                env=dict(request.env) if request.env else None,
             )
         finally:
             self._running.discard(controller)
         if result.kill_reason is KillReason.ABORTED and controller.signal.reason is SHUTDOWN:
             result = ExecResult(None, KillReason.SHUTDOWN)
+        await output.drain()
         await call.send(pb.ExecEvent(exit=exit_to_wire(result)))
 
 
-Handler = Callable[[Service, bytes, Call], Awaitable[None]]
+def _runner(ops: Backend, request: pb.ExecRequest) -> BashOperations:
+    if request.shell == pb.SHELL_POWERSHELL:
+        return ops.powershell
+    if request.shell in (pb.SHELL_UNSPECIFIED, pb.SHELL_BASH):
+        return ops
+    raise InvalidArgument("exec", request.cwd, f"unknown shell {request.shell}")
 
-METHODS: Final[dict[str, Handler]] = {
-    name: getattr(Service, name)
-    for name in pb.DESCRIPTOR.services_by_name["Broker"].methods_by_name
+
+def _timeout(request: pb.ExecRequest) -> float | None:
+    if not request.HasField("timeout"):
+        return None
+    timeout = request.timeout
+    if not math.isfinite(timeout) or timeout < 0:
+        raise InvalidArgument(
+            "exec",
+            request.cwd,
+            f"`timeout` must be a non-negative number of seconds, got {timeout}",
+        )
+    return timeout
+
+
+async def _next(call: Call, op: str) -> ProtoMessage | None:
+    """The next client message; a stream stalled past :data:`STREAM_IDLE_TIMEOUT` is Timeout."""
+    try:
+        async with asyncio.timeout(STREAM_IDLE_TIMEOUT):
+            return await call.receive()
+    except TimeoutError:
+        raise Timeout(op, None, f"no message from the client for {STREAM_IDLE_TIMEOUT} s") from None
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
+Handler = Callable[[Service, Any, Call], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class Method:
+    """One method of ``service Broker``: its handler and how it travels."""
+
+    name: str
+    op: str  # the operation named in errors and logs
+    handler: Handler
+    request: type[ProtoMessage]
+    reply: type[ProtoMessage]
+    client_streaming: bool
+    server_streaming: bool
+
+
+_OPS: Final = {
+    "ReadSmallFile": "read_file",
+    "Run": "exec",
+    "AbortRun": "abort_exec",
 }
-"""Every method of ``service Broker``, by name: the dispatch table of a transport."""
+
+
+def _snake(name: str) -> str:
+    return "".join(f"_{c.lower()}" if c.isupper() else c for c in name).lstrip("_")
+
+
+def _methods() -> dict[str, Method]:
+    service = pb.DESCRIPTOR.services_by_name["Broker"]
+    table = {}
+    for name, method in service.methods_by_name.items():
+        table[name] = Method(
+            name=name,
+            op=_OPS.get(name, _snake(name)),
+            handler=getattr(Service, name),
+            request=getattr(pb, method.input_type.name),
+            reply=getattr(pb, method.output_type.name),
+            client_streaming=method.client_streaming,
+            server_streaming=method.server_streaming,
+        )
+    return table
+
+
+METHODS: Final[dict[str, Method]] = _methods()
+"""Every method of ``service Broker``, by name: the dispatch table of every transport."""

@@ -22,36 +22,22 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import re
 import socket
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Final, Self, cast
+from typing import Any, Final, Self
 
 import asyncssh
-from asyncssh.stream import SSHServerStreamSession
-from google.protobuf.message import Message as ProtoMessage
-from opsbroker.v1.codec import error_to_wire
 
-from operations import Aborted, Backend, InvalidArgument, KillReason, OpsError, TooLarge
+from operations import Backend
 
-from ._service import METHODS, Service
-from ._sftp import BackendSFTPServer
+from ._service import Service, broker_version, capabilities_of
+from ._sshchannels import SUBSYSTEM, Channel
 from ._sshframe import (
     DEFAULT_MAX_FRAME_SIZE,
     HEADER_BYTES,
-    NEED_DATA,
-    Cancel,
-    End,
-    EndOfInput,
-    FrameConnection,
-    Message,
-    ProtocolError,
-    Request,
-    Role,
-    State,
 )
 
 __all__ = [
@@ -64,9 +50,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("opsbroker.ssh")
-
-SUBSYSTEM: Final = "opsbroker"
-"""The SSH subsystem name that carries the framed protobuf calls."""
 
 LOGIN_TIMEOUT_S: Final = 30.0
 """A connection that has not authenticated by then is dropped (OpenSSH's LoginGraceTime is 120)."""
@@ -90,41 +73,13 @@ CHANNEL_MAX_PACKET: Final = 256 * 1024
 """Largest SSH packet we accept on a channel: fewer packets (and fewer asyncssh steps) per MiB.
 Peers that announce less (OpenSSH: 32 KiB) are sent packets of their size."""
 
-READ_CHUNK_BYTES: Final = CHANNEL_MAX_PACKET - HEADER_BYTES - 4
+OUTPUT_EVENT_BYTES: Final = CHANNEL_MAX_PACKET - HEADER_BYTES - 4
+"""Command output merged into one ExecEvent, at most: one of our client's SSH packets."""
+
+READ_CHUNK_BYTES: Final = OUTPUT_EVENT_BYTES
 """ReadFile's pieces: framed as a MESSAGE (its ``Chunk`` adds a tag and a 3-byte length), each
 fills one 256 KiB SSH packet of our client's exactly. A piece of ``CHUNK_BYTES`` would spill 9
 bytes into a second packet (with asyncssh's MSG_IGNORE before each): 12% more CPU per read."""
-
-INBOUND_HIGH_WATER: Final = 64
-"""Buffered client messages (64 KiB chunks) at which a channel stops reading: backpressure."""
-
-COALESCE_BYTES: Final = 256 * 1024
-"""Queued reply bytes that are written at once instead of at the end of the loop iteration."""
-
-INBOUND_LOW_WATER: Final = 16
-"""Buffered client messages at which a paused channel reads again."""
-
-NO_SHELL_MESSAGE: Final = (
-    "opsbroker: interactive shells are not offered. Run a command instead "
-    "(ssh HOST 'COMMAND'), or use sftp or the opsbroker subsystem.\r\n"
-)
-
-SFTP_VERSION: Final = 3
-"""The SFTP protocol version offered: v3 is what OpenSSH speaks (later versions add nothing
-this server would serve)."""
-
-EXIT_TIMEOUT: Final = 124
-"""Exit status of a command killed for its timeout (as coreutils ``timeout`` reports it)."""
-
-EXIT_KILLED: Final = 137
-"""Exit status of a command killed for any other reason (128 + SIGKILL)."""
-
-
-def _snake(method: str) -> str:
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", method).lower()
-
-
-# --- keys ---------------------------------------------------------------------------------------
 
 
 def load_or_create_host_key(path: str | os.PathLike[str]) -> asyncssh.SSHKey:
@@ -230,6 +185,8 @@ class SSHFrontend:
             peer)`` instead (where policy and audit attach); by default on ``backend`` itself.
         refused: if given, called once for each connection that attempted authentication and
             closed without succeeding.
+        version / info: what ``Capabilities`` reports (info: the backend's facts, see
+            ``_service.Service``; by default ``backend.capabilities()``).
     """
 
     def __init__(
@@ -239,11 +196,20 @@ class SSHFrontend:
         *,
         guard: Guard | None = None,
         refused: Refused | None = None,
+        version: str | None = None,
+        info: Mapping[str, Any] | None = None,
     ) -> None:
         self.backend = backend
         self.options = options
         self.guard = guard
         self.refused = refused
+        self.service = Service(
+            version=version or broker_version(),
+            root=backend.root,
+            info=capabilities_of(backend) if info is None else info,
+            read_chunk_bytes=READ_CHUNK_BYTES,
+            output_event_bytes=OUTPUT_EVENT_BYTES,
+        )
         self.authorized_keys = AuthorizedKeys(options.authorized_keys)
         self.host_key = load_or_create_host_key(options.host_key)
         self._acceptor: asyncssh.SSHAcceptor | None = None
@@ -282,9 +248,7 @@ class SSHFrontend:
             self._acceptor.close()
             await self._acceptor.wait_closed()
             self._acceptor = None
-        for server in list(self._servers):
-            if server._service is not None:
-                server._service.kill_running()
+        self.service.kill_running()
         if self._calls:
             await asyncio.wait(list(self._calls), timeout=grace)
         for conn in list(self._connections):
@@ -312,9 +276,13 @@ async def start_ssh_server(
     *,
     guard: Guard | None = None,
     refused: Refused | None = None,
+    version: str | None = None,
+    info: Mapping[str, Any] | None = None,
 ) -> SSHFrontend:
     """Serve ``backend`` over SSH on ``host:port`` (port 0 picks a free port)."""
-    frontend = SSHFrontend(backend, options, guard=guard, refused=refused)
+    frontend = SSHFrontend(
+        backend, options, guard=guard, refused=refused, version=version, info=info
+    )
     await frontend.start(host, port)
     return frontend
 
@@ -327,22 +295,23 @@ class _BrokerServer(asyncssh.SSHServer):
         self.principal: str | None = None
         self.conn: asyncssh.SSHServerConnection | None = None
         self.sessions = 0
-        self._service: Service | None = None
+        self._ops: Backend | None = None
         self._user: str | None = None  # set when authentication begins
         self._authenticated = False
         self._refused_keys: list[str] = []
         self._peer: str | None = None
 
     @property
-    def service(self) -> Service:
-        """The calls of this connection, on its (guarded) backend; built once, after auth."""
-        if self._service is None:
+    def ops(self) -> Backend:
+        """The backend of this connection (behind its policy and audit); built once, after
+        authentication."""
+        if self._ops is None:
             backend = self.frontend.backend
             if self.frontend.guard is not None:
                 assert self.principal is not None
                 backend = self.frontend.guard(backend, self.principal, self._peer)
-            self._service = Service(backend, read_chunk_bytes=READ_CHUNK_BYTES)
-        return self._service
+            self._ops = backend
+        return self._ops
 
     def connection_made(self, conn: asyncssh.SSHServerConnection) -> None:
         self.conn = conn
@@ -387,297 +356,9 @@ class _BrokerServer(asyncssh.SSHServer):
         self.principal = principal
         return True
 
-    def session_requested(self) -> _Session | bool:
+    def session_requested(self) -> Channel | bool:
         if self.sessions >= MAX_CHANNELS_PER_CONNECTION:
             log.warning("%s: refused a channel beyond %d", self.principal, self.sessions)
             return False
         self.sessions += 1
-        return _Session(self)
-
-
-class _Session(asyncssh.SSHServerSession[bytes]):
-    """One channel: becomes a frame session, a command, a refused shell, or an SFTP session."""
-
-    def __init__(self, server: _BrokerServer) -> None:
-        self._server = server
-        self._frontend = server.frontend
-        self._chan: asyncssh.SSHServerChannel[bytes] | None = None
-        self._mode: str | None = None
-        self._command = ""
-        self._sftp: SSHServerStreamSession[bytes] | None = None
-        self._task: asyncio.Task[None] | None = None
-        self._writable = asyncio.Event()
-        self._writable.set()
-        self._frames = FrameConnection(
-            Role.SERVER, max_frame_size=self._frontend.options.max_frame_size
-        )
-        self._inbound: asyncio.Queue[bytes | None] = asyncio.Queue()
-        self._read_paused = False
-        self._cancel_requested = False
-        self._pending: list[bytes] = []
-        self._pending_bytes = 0
-
-    # -- channel hooks --
-
-    def connection_made(self, chan: asyncssh.SSHServerChannel[bytes]) -> None:
-        self._chan = chan
-
-    def pty_requested(self, term_type: str, term_size: object, term_modes: object) -> bool:
-        return False
-
-    def shell_requested(self) -> bool:
-        self._mode = "shell"
-        return True
-
-    def exec_requested(self, command: str) -> bool:
-        self._mode = "exec"
-        self._command = command
-        return True
-
-    def subsystem_requested(self, subsystem: str) -> bool:
-        if subsystem == SUBSYSTEM:
-            self._mode = "frames"
-            return True
-        if subsystem == "sftp":
-            assert self._chan is not None
-            self._mode = "sftp"
-            backend = self._server.service.backend
-            self._sftp = SSHServerStreamSession(
-                None,
-                lambda chan: BackendSFTPServer(
-                    cast("asyncssh.SSHServerChannel[bytes]", chan),
-                    backend,
-                    drain=self._writable.wait,
-                ),
-                SFTP_VERSION,
-            )
-            self._sftp.connection_made(self._chan)
-            return True
-        return False
-
-    def session_started(self) -> None:
-        if self._sftp is not None:
-            self._sftp.session_started()
-        elif self._mode == "exec":
-            self._start(self._run_command(self._command))
-        elif self._mode == "shell":
-            assert self._chan is not None
-            self._chan.write_stderr(NO_SHELL_MESSAGE.encode())
-            self._chan.exit(1)
-
-    def data_received(self, data: bytes, datatype: asyncssh.DataType) -> None:
-        if self._sftp is not None:
-            self._sftp.data_received(data, datatype)
-        elif self._mode == "frames":
-            self._frames.receive_data(data)
-            self._pump()
-        # A command's stdin is /dev/null: input on a command channel is dropped.
-
-    def eof_received(self) -> bool:
-        if self._sftp is not None:
-            return bool(self._sftp.eof_received())
-        if self._mode == "frames":
-            self._frames.receive_data(b"")
-            self._pump()
-        return True
-
-    def signal_received(self, signal: str) -> None:
-        log.info("signal %s on a channel: cancelling its call", signal)
-        self._cancel_requested = True
-        self._cancel_soon()
-
-    def pause_writing(self) -> None:
-        self._writable.clear()
-        if self._sftp is not None:
-            self._sftp.pause_writing()
-
-    def resume_writing(self) -> None:
-        self._writable.set()
-        if self._sftp is not None:
-            self._sftp.resume_writing()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._server.sessions -= 1
-        if self._sftp is not None:
-            self._sftp.connection_lost(exc)
-        self._cancel_requested = False
-        self._cancel()
-        self._writable.set()
-
-    # -- tasks --
-
-    def _start(self, coro: Coroutine[object, object, None]) -> None:
-        assert self._task is None
-        self._task = task = asyncio.ensure_future(coro)
-        calls = self._frontend._calls
-        calls.add(task)
-        task.add_done_callback(calls.discard)
-
-    def _cancel(self) -> None:
-        if self._task is not None and not self._task.done():
-            self._task.cancel()
-
-    def _cancel_soon(self) -> None:
-        """Cancel the running call once it has started (so that it can still answer END)."""
-        asyncio.get_running_loop().call_soon(self._cancel)
-
-    async def _drain(self) -> None:
-        await self._writable.wait()
-        if self._chan is None or self._chan.is_closing():
-            raise BrokenPipeError("channel closed")
-
-    # -- plain commands --
-
-    async def _run_command(self, command: str) -> None:
-        chan = self._chan
-        assert chan is not None
-        backend = self._server.service.backend
-
-        async def on_data(data: bytes) -> None:
-            chan.write(data)
-            await self._drain()
-
-        try:
-            result = await backend.exec(
-                command,
-                backend.root,
-                on_data=on_data,
-                timeout=self._frontend.options.command_timeout,
-            )
-        except OpsError as exc:
-            chan.write_stderr(f"opsbroker: {exc}\r\n".encode())
-            chan.exit(1)
-            return
-        except asyncio.CancelledError:
-            if self._cancel_requested and not chan.is_closing():
-                chan.write_stderr(b"opsbroker: command killed by a signal request\r\n")
-                chan.exit(EXIT_KILLED)
-            raise
-        finally:
-            self._task = None
-        if result.exit_code is not None:
-            status = result.exit_code if result.exit_code >= 0 else 128 - result.exit_code
-            chan.exit(status & 0xFF)
-            return
-        reason = result.kill_reason.value if result.kill_reason else "unknown"
-        chan.write_stderr(f"opsbroker: command killed ({reason})\r\n".encode())
-        chan.exit(EXIT_TIMEOUT if result.kill_reason is KillReason.TIMEOUT else EXIT_KILLED)
-
-    # -- the opsbroker subsystem --
-
-    def _pump(self) -> None:
-        """Handle every complete frame received so far."""
-        frames = self._frames
-        while True:
-            try:
-                event = frames.next_event()
-            except ProtocolError as exc:
-                log.warning("opsbroker subsystem: %s; closing the channel", exc)
-                self._cancel()
-                if self._chan is not None:
-                    self._chan.close()
-                return
-            if event is NEED_DATA:
-                if frames.closed_by_peer and self._task is None and self._chan is not None:
-                    self._chan.close()
-                return
-            if isinstance(event, Request):
-                self._cancel_requested = False
-                self._inbound = asyncio.Queue()
-                self._start(self._run_call(event.method, event.message, self._inbound))
-            elif isinstance(event, Message):
-                self._inbound.put_nowait(event.message)
-                if self._inbound.qsize() >= INBOUND_HIGH_WATER and self._chan is not None:
-                    self._read_paused = True
-                    self._chan.pause_reading()
-            elif isinstance(event, EndOfInput):
-                self._inbound.put_nowait(None)
-            elif isinstance(event, Cancel):
-                self._cancel_requested = True
-                self._cancel_soon()
-            self._maybe_next_call()
-
-    def _maybe_next_call(self) -> None:
-        if self._frames.our_state is State.DONE and self._frames.their_state is State.DONE:
-            self._frames.start_next_call()
-
-    async def _receive(self, inbound: asyncio.Queue[bytes | None]) -> bytes | None:
-        item = await inbound.get()
-        if self._read_paused and inbound.qsize() <= INBOUND_LOW_WATER and self._chan is not None:
-            self._read_paused = False
-            self._chan.resume_reading()
-        return item
-
-    def _write(self, data: bytes) -> None:
-        """Queue frame bytes; they leave together at the end of this loop iteration (a reply and
-        its END share one SSH packet), or at once when :data:`COALESCE_BYTES` are waiting."""
-        if not self._pending:
-            asyncio.get_running_loop().call_soon(self._flush)
-        self._pending.append(data)
-        self._pending_bytes += len(data)
-        if self._pending_bytes >= COALESCE_BYTES:
-            self._flush()
-
-    def _flush(self) -> None:
-        if self._pending and self._chan is not None and not self._chan.is_closing():
-            self._chan.write(b"".join(self._pending))
-        self._pending.clear()
-        self._pending_bytes = 0
-
-    async def _send(self, message: ProtoMessage) -> None:
-        payload = message.SerializeToString()
-        if len(payload) >= self._frames.max_frame_size:
-            raise TooLarge(
-                "reply", None, f"a {len(payload)}-byte message exceeds the SSH frame limit"
-            )
-        self._write(self._frames.send(Message(payload)))
-        await self._drain()
-
-    async def _run_call(
-        self, method: str, first: bytes, inbound: asyncio.Queue[bytes | None]
-    ) -> None:
-        op = _snake(method)
-        error: OpsError | None = None
-        call = _FrameCall(self._send, lambda: self._receive(inbound))
-        try:
-            handler = METHODS.get(method)
-            if handler is None:
-                raise InvalidArgument(op, None, f"unknown method {method!r}")
-            await handler(self._server.service, first, call)
-        except OpsError as exc:
-            error = exc
-        except asyncio.CancelledError:
-            task = asyncio.current_task()
-            if not self._cancel_requested or task is None or self._chan is None:
-                raise
-            task.uncancel()
-            error = Aborted(op, None, "cancelled by the client")
-        except (BrokenPipeError, ConnectionError):
-            return
-        except Exception:
-            log.exception("opsbroker subsystem: %s failed", method)
-            error = OpsError(op, None, "internal broker error (see the broker's log)")
-        finally:
-            self._task = None
-        if self._chan is None or self._chan.is_closing():
-            return
-        detail = b"" if error is None else error_to_wire(error).SerializeToString()
-        self._write(self._frames.send(End(detail)))
-        self._maybe_next_call()
-        if self._frames.closed_by_peer:
-            self._flush()
-            self._chan.close()
-
-
-@dataclass
-class _FrameCall:
-    """The :class:`~._service.Call` of one framed call."""
-
-    _send: Callable[[ProtoMessage], Awaitable[None]]
-    _receive: Callable[[], Awaitable[bytes | None]]
-
-    async def send(self, message: ProtoMessage) -> None:
-        await self._send(message)
-
-    async def receive(self) -> bytes | None:
-        return await self._receive()
+        return Channel(self)

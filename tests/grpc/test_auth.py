@@ -43,8 +43,9 @@ async def _attempt_everything(address: str, token: str | None) -> None:
 
 
 async def _exec(stub: object, metadata: tuple[tuple[str, str], ...]) -> None:
-    call = stub.Exec(metadata=metadata)  # type: ignore[attr-defined]
-    await call.write(pb.ExecInput(start=pb.ExecRequest(command="touch x", cwd="/workspace")))
+    call = stub.Run(  # type: ignore[attr-defined]
+        pb.ExecRequest(command="touch x", cwd="/workspace"), metadata=metadata
+    )
     await call.read()
     await call
 

@@ -97,10 +97,9 @@ async def test_rpc_deadline_kills_the_tree(tmp_path: Path) -> None:
         metadata = (("authorization", f"Bearer {token_of(server)}"),)
         async with grpc.aio.insecure_channel(server.addresses[0]) as channel:
             stub = pb_grpc.BrokerStub(channel)  # type: ignore[no-untyped-call]
-            call = stub.Exec(metadata=metadata, timeout=1.5)
             request = pb.ExecRequest(command=TREE, cwd=str(tmp_path / "ROOT"))
             request.env.update(marked_env(marker))
-            await call.write(pb.ExecInput(start=request))
+            call = stub.Run(request, metadata=metadata, timeout=1.5)
             await _tree_started(marker)
             with pytest.raises(grpc.aio.AioRpcError) as caught:
                 while await call.read() is not grpc.aio.EOF:

@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from opsbroker.v1 import broker_pb2 as pb
 
-import broker._frontends.grpc as frontend
+import broker._frontends._service as service
 from operations import InMemoryOperations
 from tests.conformance._workspace import tree_digest
 
@@ -101,17 +101,16 @@ def _raw(channel: grpc.aio.Channel, method: str) -> Any:
         **dict.fromkeys(UNARY, channel.unary_unary),
         **dict.fromkeys(SERVER_STREAM, channel.unary_stream),
         "WriteFile": channel.stream_unary,
-        "Exec": channel.stream_stream,
     }
     return kinds[method](SERVICE + method)
 
 
 async def _call(target: Target, method: str, payloads: list[bytes]) -> grpc.StatusCode:
     """Send ``payloads`` (raw bytes) to ``method``; return the final status."""
-    channel = target.memory if method in ("Exec", "Run", "AbortRun") else target.core
+    channel = target.memory if method in ("Run", "AbortRun") else target.core
     stub = _raw(channel, method)
     kwargs = {"metadata": target.metadata, "timeout": CALL_TIMEOUT_S}
-    if method in ("WriteFile", "Exec"):
+    if method == "WriteFile":
         return await _stream_call(stub(**kwargs), payloads)
     try:
         if method in UNARY:
@@ -168,7 +167,7 @@ async def _still_serving(target: Target) -> None:
         assert reply.root
 
 
-ALL_METHODS = sorted([*UNARY, *SERVER_STREAM, "WriteFile", "Exec"])
+ALL_METHODS = sorted([*UNARY, *SERVER_STREAM, "WriteFile"])
 
 hostile_paths = st.one_of(
     st.text(max_size=64),
@@ -226,38 +225,6 @@ async def test_hostile_glob_and_search(
         if glob is not None:
             request.glob = glob
     await _call(target, which, [request.SerializeToString()])
-
-
-@common
-@given(
-    shell=st.integers(0, 2**31 - 1),
-    timeout=st.none() | st.floats(allow_nan=True, allow_infinity=True),
-    env=st.dictionaries(st.text(max_size=8), st.text(max_size=8), max_size=3),
-    command=st.text(max_size=40),
-    second=st.sampled_from(["none", "abort", "start", "garbage"]),
-)
-async def test_hostile_exec_requests(
-    target: Target,
-    shell: int,
-    timeout: float | None,
-    env: dict[str, str],
-    command: str,
-    second: str,
-) -> None:
-    request = pb.ExecRequest(command=command, cwd="/workspace", shell=shell, env=env)  # type: ignore[arg-type]
-    if timeout is not None:
-        request.timeout = timeout
-    messages = [pb.ExecInput(start=request).SerializeToString()]
-    if second == "abort":
-        messages.append(pb.ExecInput(abort=pb.Empty()).SerializeToString())
-    elif second == "start":
-        messages.append(messages[0])
-    elif second == "garbage":
-        messages.append(b"\xff\xff\xff")
-    status = await _call(target, "Exec", messages)
-    valid = shell <= 2 and (timeout is None or (math.isfinite(timeout) and timeout >= 0))
-    if not valid:
-        assert status in (grpc.StatusCode.INVALID_ARGUMENT, UNOBSERVABLE)
 
 
 @common
@@ -345,7 +312,7 @@ async def test_a_stream_cut_short_writes_nothing(target: Target) -> None:
 async def test_a_stream_that_never_finishes_is_ended_by_the_broker(
     target: Target, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(frontend, "STREAM_IDLE_TIMEOUT", 0.3)
+    monkeypatch.setattr(service, "STREAM_IDLE_TIMEOUT", 0.3)
     stall = asyncio.Event()
     call = _raw(target.core, "WriteFile")(
         _open_write_stream(target, stall), metadata=target.metadata

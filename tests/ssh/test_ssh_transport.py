@@ -19,6 +19,7 @@ from agent_side._remote import ssh as ssh_client
 from agent_side._remote.ssh import SSHBackend
 from broker import Broker
 from broker._frontends._service import Service
+from broker._frontends._sshchannels import COALESCE_BYTES, NO_SHELL_MESSAGE
 from broker._frontends._sshframe import (
     NEED_DATA,
     Cancel,
@@ -31,13 +32,7 @@ from broker._frontends._sshframe import (
     Role,
     State,
 )
-from broker._frontends.ssh import (
-    CHANNEL_MAX_PACKET,
-    COALESCE_BYTES,
-    NO_SHELL_MESSAGE,
-    READ_CHUNK_BYTES,
-    load_or_create_host_key,
-)
+from broker._frontends.ssh import CHANNEL_MAX_PACKET, READ_CHUNK_BYTES, load_or_create_host_key
 from operations import (
     AbortController,
     Backend,
@@ -151,7 +146,7 @@ async def test_service_read_chunk_bytes_is_bounded(tmp_path: Path) -> None:
     async with Broker(str(tmp_path)) as broker:
         for bad in (0, codec.CHUNK_BYTES + 1):
             with pytest.raises(ValueError, match="read_chunk_bytes"):
-                Service(broker, read_chunk_bytes=bad)
+                Service(version="test", root=broker.root, info={}, read_chunk_bytes=bad)
 
 
 async def test_writes_large_files_and_many_calls_at_once(
@@ -249,8 +244,8 @@ async def _raw_channel(
 
 
 def _exec_request(frames: FrameConnection, command: str, cwd: str) -> bytes:
-    start = pb.ExecInput(start=pb.ExecRequest(command=command, cwd=cwd))
-    return frames.send(Request("Exec", start.SerializeToString()))
+    start = pb.ExecRequest(command=command, cwd=cwd)
+    return frames.send(Request("Run", start.SerializeToString())) + frames.send(EndOfInput())
 
 
 @pytest.fixture(params=["close channel", "signal request", "drop connection"])

@@ -243,7 +243,7 @@ def test_a_streamed_call_then_reuse_of_the_channel() -> None:
 
 def test_cancel_while_sending_and_after_end_of_input() -> None:
     pair = FramePair()
-    pair.send(CLIENT, Request("Exec"), EndOfInput(), Cancel("abort"), Cancel())
+    pair.send(CLIENT, Request("Run"), EndOfInput(), Cancel("abort"), Cancel())
     pair.send(SERVER, Message(b"out"), End(b"aborted"))
     pair2 = FramePair()
     pair2.send(CLIENT, Request("WriteFile"), Message(b"x"), Cancel())

@@ -211,14 +211,6 @@ class AbortRunRequest(_message.Message):
     abort_id: str
     def __init__(self, abort_id: _Optional[str] = ...) -> None: ...
 
-class ExecInput(_message.Message):
-    __slots__ = ("start", "abort")
-    START_FIELD_NUMBER: _ClassVar[int]
-    ABORT_FIELD_NUMBER: _ClassVar[int]
-    start: ExecRequest
-    abort: Empty
-    def __init__(self, start: _Optional[_Union[ExecRequest, _Mapping]] = ..., abort: _Optional[_Union[Empty, _Mapping]] = ...) -> None: ...
-
 class ExecExit(_message.Message):
     __slots__ = ("exit_code", "kill_reason")
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]

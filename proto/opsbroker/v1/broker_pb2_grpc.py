@@ -119,11 +119,6 @@ class BrokerStub:
                 request_serializer=opsbroker_dot_v1_dot_broker__pb2.SearchRequest.SerializeToString,
                 response_deserializer=opsbroker_dot_v1_dot_broker__pb2.SearchMatch.FromString,
                 _registered_method=True)
-        self.Exec = channel.stream_stream(
-                '/opsbroker.v1.Broker/Exec',
-                request_serializer=opsbroker_dot_v1_dot_broker__pb2.ExecInput.SerializeToString,
-                response_deserializer=opsbroker_dot_v1_dot_broker__pb2.ExecEvent.FromString,
-                _registered_method=True)
         self.Run = channel.unary_stream(
                 '/opsbroker.v1.Broker/Run',
                 request_serializer=opsbroker_dot_v1_dot_broker__pb2.ExecRequest.SerializeToString,
@@ -245,20 +240,12 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-    def Exec(self, request_iterator, context):
-        """The first client message is an ExecInput.start; a later ExecInput.abort asks the broker to kill
-        the tree (the call then ends normally, with an exit event whose kill_reason is ABORTED).
-        The server streams output events and ends with exactly one exit event.
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
     def Run(self, request, context):
-        """Exec in one request, no client stream (a bidirectional call costs its client a message
-        and its server a read more). The server streams output events and ends with exactly one
-        exit event. To abort the command, call AbortRun with the request's `abort_id`: the call then
-        ends normally, with an exit event whose kill_reason is ABORTED.
+        """The one way to run a command, on every transport: one request, no client stream. The server
+        streams output events and ends with exactly one exit event. To abort the command, call
+        AbortRun with the request's `abort_id` (on SSH, from another channel of the connection): the
+        call then ends normally, with an exit event whose kill_reason is ABORTED. Cancelling the call
+        kills the tree too, without an exit event.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -359,11 +346,6 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.Search,
                     request_deserializer=opsbroker_dot_v1_dot_broker__pb2.SearchRequest.FromString,
                     response_serializer=opsbroker_dot_v1_dot_broker__pb2.SearchMatch.SerializeToString,
-            ),
-            'Exec': grpc.stream_stream_rpc_method_handler(
-                    servicer.Exec,
-                    request_deserializer=opsbroker_dot_v1_dot_broker__pb2.ExecInput.FromString,
-                    response_serializer=opsbroker_dot_v1_dot_broker__pb2.ExecEvent.SerializeToString,
             ),
             'Run': grpc.unary_stream_rpc_method_handler(
                     servicer.Run,
@@ -835,33 +817,6 @@ class Broker:
             '/opsbroker.v1.Broker/Search',
             opsbroker_dot_v1_dot_broker__pb2.SearchRequest.SerializeToString,
             opsbroker_dot_v1_dot_broker__pb2.SearchMatch.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def Exec(request_iterator,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.stream_stream(
-            request_iterator,
-            target,
-            '/opsbroker.v1.Broker/Exec',
-            opsbroker_dot_v1_dot_broker__pb2.ExecInput.SerializeToString,
-            opsbroker_dot_v1_dot_broker__pb2.ExecEvent.FromString,
             options,
             channel_credentials,
             insecure,

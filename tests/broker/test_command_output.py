@@ -1,4 +1,5 @@
-"""Command output over gRPC: merged into few events, in order, bounded, failures surfaced."""
+"""Command output, for every transport: merged into few events, in order, bounded, failures
+surfaced."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from broker._frontends.grpc import OUTPUT_BUFFER, OUTPUT_EVENT_BYTES, _Output
+from broker._frontends._output import OUTPUT_BUFFER, CommandOutput
+from broker._frontends._service import OUTPUT_EVENT_BYTES
 
 pytestmark = pytest.mark.anyio
 
@@ -28,7 +30,7 @@ class SlowContext:
 
 async def test_small_pieces_are_merged_in_order_and_bounded() -> None:
     context = SlowContext()
-    output = _Output(context)  # type: ignore[arg-type]
+    output = CommandOutput(context.write, event_bytes=OUTPUT_EVENT_BYTES)
     pieces = [bytes([i % 251]) * (4096 + i) for i in range(600)]  # about 4 MiB in small pieces
     peak = 0
     for piece in pieces:
@@ -43,7 +45,7 @@ async def test_small_pieces_are_merged_in_order_and_bounded() -> None:
 
 async def test_a_large_piece_is_split_into_events() -> None:
     context = SlowContext()
-    output = _Output(context)  # type: ignore[arg-type]
+    output = CommandOutput(context.write, event_bytes=OUTPUT_EVENT_BYTES)
     data = bytes(range(256)) * (3 * OUTPUT_EVENT_BYTES // 256 + 7)
     await output(data)
     await output.drain()
@@ -52,7 +54,7 @@ async def test_a_large_piece_is_split_into_events() -> None:
 
 
 async def test_a_failed_write_reaches_the_producer() -> None:
-    output = _Output(SlowContext(fail_after=1))  # type: ignore[arg-type]
+    output = CommandOutput(SlowContext(fail_after=1).write, event_bytes=OUTPUT_EVENT_BYTES)
     with pytest.raises(ConnectionError):
         for _ in range(1000):
             await output(b"x" * 65536)
@@ -62,7 +64,7 @@ async def test_a_failed_write_reaches_the_producer() -> None:
 
 async def test_no_output_no_writer() -> None:
     context = SlowContext()
-    output = _Output(context)  # type: ignore[arg-type]
+    output = CommandOutput(context.write, event_bytes=OUTPUT_EVENT_BYTES)
     await output(b"")
     await output.drain()
     assert context.events == []

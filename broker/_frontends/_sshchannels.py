@@ -1,0 +1,478 @@
+"""The channels of the SSH front-end, one class per kind.
+
+A channel becomes what its first request asks for: the ``opsbroker`` subsystem
+(:class:`FrameChannel`: framed calls of the one service table), a command (:class:`CommandChannel`:
+``ssh host 'make test'``, run as the service's ``Run``), ``sftp`` (:class:`SftpChannel`), or a shell,
+which is refused (:class:`RefusedShell`). :class:`Channel` is the asyncssh session that picks the
+kind and hands every later event to it.
+
+**Cancellation:** closing a channel, an SSH ``signal`` request on it, a ``CANCEL`` frame, or the
+loss of the connection cancels the channel's running call; the backend then kills the command
+tree before the call ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Final, cast
+
+import asyncssh
+from asyncssh.stream import SSHServerStreamSession
+from google.protobuf.message import Message as ProtoMessage
+from opsbroker.v1 import broker_pb2 as pb
+from opsbroker.v1.codec import error_to_wire, exit_from_wire
+
+from operations import Aborted, Backend, InvalidArgument, KillReason, OpsError, TooLarge
+
+from ._service import METHODS, Method, decode
+from ._sftp import BackendSFTPServer
+from ._sshframe import (
+    NEED_DATA,
+    Cancel,
+    End,
+    EndOfInput,
+    FrameConnection,
+    Message,
+    ProtocolError,
+    Request,
+    Role,
+    State,
+)
+
+if TYPE_CHECKING:
+    from .ssh import _BrokerServer
+
+__all__ = [
+    "COALESCE_BYTES",
+    "EXIT_KILLED",
+    "EXIT_TIMEOUT",
+    "NO_SHELL_MESSAGE",
+    "SUBSYSTEM",
+    "Channel",
+]
+
+log = logging.getLogger("opsbroker.ssh")
+
+SUBSYSTEM: Final = "opsbroker"
+"""The SSH subsystem name that carries the framed protobuf calls."""
+
+INBOUND_HIGH_WATER: Final = 64
+"""Buffered client messages (64 KiB chunks) at which a channel stops reading: backpressure."""
+
+INBOUND_LOW_WATER: Final = 16
+"""Buffered client messages at which a paused channel reads again."""
+
+COALESCE_BYTES: Final = 256 * 1024
+"""Queued reply bytes that are written at once instead of at the end of the loop iteration."""
+
+NO_SHELL_MESSAGE: Final = (
+    "opsbroker: interactive shells are not offered. Run a command instead "
+    "(ssh HOST 'COMMAND'), or use sftp or the opsbroker subsystem.\r\n"
+)
+
+SFTP_VERSION: Final = 3
+"""The SFTP protocol version offered: v3 is what OpenSSH speaks (later versions add nothing
+this server would serve)."""
+
+EXIT_TIMEOUT: Final = 124
+"""Exit status of a command killed for its timeout (as coreutils ``timeout`` reports it)."""
+
+EXIT_KILLED: Final = 137
+"""Exit status of a command killed for any other reason (128 + SIGKILL)."""
+
+
+class _Kind:
+    """What a channel is, once it knows: the hooks it forwards, and its one running task."""
+
+    def __init__(self, server: _BrokerServer, chan: asyncssh.SSHServerChannel[bytes]) -> None:
+        self.server = server
+        self.chan = chan
+        self.writable = asyncio.Event()
+        self.writable.set()
+        self.task: asyncio.Task[None] | None = None
+        self.cancel_requested = False
+
+    def started(self) -> None: ...
+
+    def data(self, data: bytes, datatype: asyncssh.DataType) -> None:
+        """Input on the channel; dropped unless the kind reads it (a command's stdin is
+        /dev/null)."""
+
+    def eof(self) -> bool:
+        return True
+
+    def signal(self) -> None:
+        log.info("signal request on a channel: cancelling its call")
+        self.cancel_requested = True
+        self.cancel_soon()
+
+    def pause(self) -> None:
+        self.writable.clear()
+
+    def resume(self) -> None:
+        self.writable.set()
+
+    def lost(self, exc: Exception | None) -> None:
+        self.cancel_requested = False
+        self.cancel()
+        self.writable.set()
+
+    def start(self, coro: Coroutine[object, object, None]) -> None:
+        assert self.task is None
+        self.task = task = asyncio.ensure_future(coro)
+        calls = self.server.frontend._calls
+        calls.add(task)
+        task.add_done_callback(calls.discard)
+
+    def cancel(self) -> None:
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+
+    def cancel_soon(self) -> None:
+        """Cancel the running call once it has started (so that it can still answer END)."""
+        asyncio.get_running_loop().call_soon(self.cancel)
+
+    async def drain(self) -> None:
+        await self.writable.wait()
+        if self.chan.is_closing():
+            raise BrokenPipeError("channel closed")
+
+
+class RefusedShell(_Kind):
+    """``ssh host`` alone: no interactive shell, a message saying what to do instead."""
+
+    def started(self) -> None:
+        self.chan.write_stderr(NO_SHELL_MESSAGE.encode())
+        self.chan.exit(1)
+
+
+class CommandChannel(_Kind):
+    """``ssh host 'COMMAND'``: the service's ``Run`` in the root, output on stdout, the exit
+    status returned (124 for a timeout, 137 for any other kill)."""
+
+    def __init__(
+        self, server: _BrokerServer, chan: asyncssh.SSHServerChannel[bytes], command: str
+    ) -> None:
+        super().__init__(server, chan)
+        self.command = command
+
+    def started(self) -> None:
+        self.start(self._run())
+
+    async def _run(self) -> None:
+        server, chan = self.server, self.chan
+        timeout = server.frontend.options.command_timeout
+        request = pb.ExecRequest(command=self.command, cwd=server.ops.root, timeout=timeout)
+        call = _CommandCall(self)
+        try:
+            await server.frontend.service.Run(request, call)
+        except OpsError as exc:
+            chan.write_stderr(f"opsbroker: {exc}\r\n".encode())
+            chan.exit(1)
+            return
+        except asyncio.CancelledError:
+            if self.cancel_requested and not chan.is_closing():
+                chan.write_stderr(b"opsbroker: command killed by a signal request\r\n")
+                chan.exit(EXIT_KILLED)
+            raise
+        finally:
+            self.task = None
+        exit_code, reason = call.exit_code, call.kill_reason
+        if exit_code is not None:
+            chan.exit((exit_code if exit_code >= 0 else 128 - exit_code) & 0xFF)
+            return
+        shown = reason.value if reason else "unknown"
+        chan.write_stderr(f"opsbroker: command killed ({shown})\r\n".encode())
+        chan.exit(EXIT_TIMEOUT if reason is KillReason.TIMEOUT else EXIT_KILLED)
+
+
+class _CommandCall:
+    """The :class:`~._service.Call` of a plain command: output to stdout, the exit kept."""
+
+    def __init__(self, channel: CommandChannel) -> None:
+        self._channel = channel
+        self.ops: Backend = channel.server.ops
+        self.principal = channel.server.principal
+        self.exit_code: int | None = None
+        self.kill_reason: KillReason | None = None
+
+    async def send(self, message: ProtoMessage) -> None:
+        assert isinstance(message, pb.ExecEvent)
+        if message.WhichOneof("event") == "output":
+            self._channel.chan.write(message.output)
+            await self._channel.drain()
+        else:
+            result = exit_from_wire(message.exit)
+            self.exit_code, self.kill_reason = result.exit_code, result.kill_reason
+
+    async def receive(self) -> ProtoMessage | None:
+        return None
+
+    async def discard_input(self) -> None:
+        return None
+
+
+class SftpChannel(_Kind):
+    """The ``sftp`` subsystem, served by the connection's backend (:mod:`._sftp`)."""
+
+    def __init__(self, server: _BrokerServer, chan: asyncssh.SSHServerChannel[bytes]) -> None:
+        super().__init__(server, chan)
+        backend = server.ops
+        self.session: SSHServerStreamSession[bytes] = SSHServerStreamSession(
+            None,
+            lambda chan: BackendSFTPServer(
+                cast("asyncssh.SSHServerChannel[bytes]", chan), backend, drain=self.writable.wait
+            ),
+            SFTP_VERSION,
+        )
+        self.session.connection_made(chan)
+
+    def started(self) -> None:
+        self.session.session_started()
+
+    def data(self, data: bytes, datatype: asyncssh.DataType) -> None:
+        self.session.data_received(data, datatype)
+
+    def eof(self) -> bool:
+        return bool(self.session.eof_received())
+
+    def pause(self) -> None:
+        super().pause()
+        self.session.pause_writing()
+
+    def resume(self) -> None:
+        super().resume()
+        self.session.resume_writing()
+
+    def lost(self, exc: Exception | None) -> None:
+        self.session.connection_lost(exc)
+        super().lost(exc)
+
+
+class FrameChannel(_Kind):
+    """The ``opsbroker`` subsystem: framed calls of ``service Broker``, one at a time."""
+
+    def __init__(self, server: _BrokerServer, chan: asyncssh.SSHServerChannel[bytes]) -> None:
+        super().__init__(server, chan)
+        self.frames = FrameConnection(
+            Role.SERVER, max_frame_size=server.frontend.options.max_frame_size
+        )
+        self.inbound: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self._read_paused = False
+        self._pending: list[bytes] = []
+        self._pending_bytes = 0
+
+    def data(self, data: bytes, datatype: asyncssh.DataType) -> None:
+        self.frames.receive_data(data)
+        self._pump()
+
+    def eof(self) -> bool:
+        self.frames.receive_data(b"")
+        self._pump()
+        return True
+
+    def _pump(self) -> None:
+        """Handle every complete frame received so far."""
+        frames = self.frames
+        while True:
+            try:
+                event = frames.next_event()
+            except ProtocolError as exc:
+                log.warning("opsbroker subsystem: %s; closing the channel", exc)
+                self.cancel()
+                self.chan.close()
+                return
+            if event is NEED_DATA:
+                if frames.closed_by_peer and self.task is None:
+                    self.chan.close()
+                return
+            if isinstance(event, Request):
+                self.cancel_requested = False
+                self.inbound = asyncio.Queue()
+                self.start(self._run_call(event.method, event.message, self.inbound))
+            elif isinstance(event, Message):
+                self.inbound.put_nowait(event.message)
+                if self.inbound.qsize() >= INBOUND_HIGH_WATER:
+                    self._read_paused = True
+                    self.chan.pause_reading()
+            elif isinstance(event, EndOfInput):
+                self.inbound.put_nowait(None)
+            elif isinstance(event, Cancel):
+                self.cancel_requested = True
+                self.cancel_soon()
+            self._maybe_next_call()
+
+    def _maybe_next_call(self) -> None:
+        if self.frames.our_state is State.DONE and self.frames.their_state is State.DONE:
+            self.frames.start_next_call()
+
+    async def receive(self, inbound: asyncio.Queue[bytes | None]) -> bytes | None:
+        item = await inbound.get()
+        if self._read_paused and inbound.qsize() <= INBOUND_LOW_WATER:
+            self._read_paused = False
+            self.chan.resume_reading()
+        return item
+
+    def _write(self, data: bytes) -> None:
+        """Queue frame bytes; they leave together at the end of this loop iteration (a reply and
+        its END share one SSH packet), or at once when :data:`COALESCE_BYTES` are waiting."""
+        if not self._pending:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._pending.append(data)
+        self._pending_bytes += len(data)
+        if self._pending_bytes >= COALESCE_BYTES:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._pending and not self.chan.is_closing():
+            self.chan.write(b"".join(self._pending))
+        self._pending.clear()
+        self._pending_bytes = 0
+
+    async def send(self, message: ProtoMessage) -> None:
+        payload = message.SerializeToString()
+        if len(payload) >= self.frames.max_frame_size:
+            raise TooLarge(
+                "reply", None, f"a {len(payload)}-byte message exceeds the SSH frame limit"
+            )
+        self._write(self.frames.send(Message(payload)))
+        await self.drain()
+
+    async def _run_call(
+        self, method_name: str, first: bytes, inbound: asyncio.Queue[bytes | None]
+    ) -> None:
+        method = METHODS.get(method_name)
+        op = method.op if method is not None else method_name
+        error: OpsError | None = None
+        try:
+            if method is None:
+                raise InvalidArgument(op, None, f"unknown method {method_name!r}")
+            if method.client_streaming:  # the request frame carries the stream's first message
+                call = _FrameCall(self, method, inbound, first)
+                request = None
+            else:
+                call = _FrameCall(self, method, inbound, None)
+                request = decode(method.request, first, op)
+            await method.handler(self.server.frontend.service, request, call)
+        except OpsError as exc:
+            error = exc
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if not self.cancel_requested or task is None:
+                raise
+            task.uncancel()
+            error = Aborted(op, None, "cancelled by the client")
+        except (BrokenPipeError, ConnectionError):
+            return
+        except Exception:
+            log.exception("opsbroker subsystem: %s failed", method_name)
+            error = OpsError(op, None, "internal broker error (see the broker's log)")
+        finally:
+            self.task = None
+        if self.chan.is_closing():
+            return
+        detail = b"" if error is None else error_to_wire(error).SerializeToString()
+        self._write(self.frames.send(End(detail)))
+        self._maybe_next_call()
+        if self.frames.closed_by_peer:
+            self._flush()
+            self.chan.close()
+
+
+class _FrameCall:
+    """The :class:`~._service.Call` of one framed call."""
+
+    __slots__ = ("_channel", "_first", "_inbound", "_method", "ops", "principal")
+
+    def __init__(
+        self,
+        channel: FrameChannel,
+        method: Method,
+        inbound: asyncio.Queue[bytes | None],
+        first: bytes | None,
+    ) -> None:
+        self._channel = channel
+        self._method = method
+        self._inbound = inbound
+        self._first = first
+        self.ops: Backend = channel.server.ops
+        self.principal = channel.server.principal
+
+    async def send(self, message: ProtoMessage) -> None:
+        await self._channel.send(message)
+
+    async def receive(self) -> ProtoMessage | None:
+        data, self._first = self._first, None
+        if data is None:
+            data = await self._channel.receive(self._inbound)
+        if data is None:
+            return None
+        return decode(self._method.request, data, self._method.op)
+
+    async def discard_input(self) -> None:
+        return None  # the client sees END whenever it comes; nothing to wait for
+
+
+class Channel(asyncssh.SSHServerSession[bytes]):
+    """One channel of a connection: becomes the kind its first request asks for."""
+
+    def __init__(self, server: _BrokerServer) -> None:
+        self._server = server
+        self._chan: asyncssh.SSHServerChannel[bytes] | None = None
+        self._kind: _Kind | None = None
+
+    def connection_made(self, chan: asyncssh.SSHServerChannel[bytes]) -> None:
+        self._chan = chan
+
+    def _become(self, kind: _Kind) -> bool:
+        self._kind = kind
+        return True
+
+    def pty_requested(self, term_type: str, term_size: object, term_modes: object) -> bool:
+        return False
+
+    def shell_requested(self) -> bool:
+        assert self._chan is not None
+        return self._become(RefusedShell(self._server, self._chan))
+
+    def exec_requested(self, command: str) -> bool:
+        assert self._chan is not None
+        return self._become(CommandChannel(self._server, self._chan, command))
+
+    def subsystem_requested(self, subsystem: str) -> bool:
+        assert self._chan is not None
+        if subsystem == SUBSYSTEM:
+            return self._become(FrameChannel(self._server, self._chan))
+        if subsystem == "sftp":
+            return self._become(SftpChannel(self._server, self._chan))
+        return False
+
+    def session_started(self) -> None:
+        if self._kind is not None:
+            self._kind.started()
+
+    def data_received(self, data: bytes, datatype: asyncssh.DataType) -> None:
+        if self._kind is not None:
+            self._kind.data(data, datatype)
+
+    def eof_received(self) -> bool:
+        return self._kind.eof() if self._kind is not None else True
+
+    def signal_received(self, signal: str) -> None:
+        if self._kind is not None:
+            self._kind.signal()
+
+    def pause_writing(self) -> None:
+        if self._kind is not None:
+            self._kind.pause()
+
+    def resume_writing(self) -> None:
+        if self._kind is not None:
+            self._kind.resume()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._server.sessions -= 1
+        if self._kind is not None:
+            self._kind.lost(exc)
