@@ -19,6 +19,7 @@ from operations import OpsError, Unauthenticated
 from .._auth import TokenTable
 from .._guard import Enforcement
 from ._grpcwire import SERVICE_NAME, Undecodable, abort_with, current_principal, tolerant
+from ._service import METHODS
 
 __all__ = ["AuthenticatedServer", "Authenticator"]
 
@@ -125,8 +126,9 @@ class _GuardedGeneric(grpc.GenericRpcHandler):
 def _guard(handler: _Handler, method: str, auth: Authenticator) -> _Handler:
     """``handler`` with the caller authenticated before its behaviour runs; for our own service,
     an undecodable request message is answered with INVALID_ARGUMENT."""
-    op = method.rsplit("/", 1)[-1]
+    name = method.rsplit("/", 1)[-1]
     ours = method.startswith(f"/{SERVICE_NAME}/")
+    op = METHODS[name].op if ours and name in METHODS else name
 
     def refusal(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> OpsError | None:
         """Why this call may not run (audited), or ``None`` once the principal is set."""

@@ -37,6 +37,8 @@ from operations import (
     Unavailable,
 )
 
+from ._service import undecodable
+
 __all__ = [
     "SERVICE_NAME",
     "STATUS",
@@ -155,7 +157,7 @@ class Undecodable:
         self.reason = reason
 
     def error(self, op: str) -> InvalidArgument:
-        return InvalidArgument(op, None, f"undecodable request message ({self.reason})")
+        return undecodable(op, self.reason)
 
 
 def tolerant(deserialize: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:

@@ -59,6 +59,7 @@ __all__ = [
     "broker_version",
     "capabilities_of",
     "decode",
+    "undecodable",
 ]
 
 SHUTDOWN: Final = object()
@@ -131,8 +132,13 @@ def decode(cls: type[ProtoMessage], data: bytes, op: str) -> ProtoMessage:
     try:
         message.ParseFromString(data)
     except DecodeError as exc:
-        raise InvalidArgument(op, None, f"malformed {cls.__name__} message: {exc}") from None
+        raise undecodable(op, type(exc).__name__) from None
     return message
+
+
+def undecodable(op: str, why: str) -> InvalidArgument:
+    """The one refusal of a request message that does not decode, on every transport."""
+    return InvalidArgument(op, None, f"undecodable request message ({why})")
 
 
 class Service:
