@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from operations import AbortSignal, IsADirectory, OpsError
+from operations import AbortSignal, EditOperations, IsADirectory, OpsError
 
 from .._messages import AgentToolResult
 from .._tool import (
@@ -119,7 +119,7 @@ def prepare_edit_arguments(args: Any) -> Any:
 
 
 def create_edit_tool_definition(
-    cwd: str, *, operations: Any | None = None, home: str | None = None
+    cwd: str, *, operations: EditOperations | None = None, home: str | None = None
 ) -> ToolDefinition[EditParams, Any]:
     """The ``edit`` tool over ``operations`` (``access``, ``read_file``, ``write_file``).
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from operations import AbortSignal, IsADirectory, OpsError
+from operations import AbortSignal, IsADirectory, OpsError, ReadOperations
 
 from .._messages import AgentToolResult
 from .._schema import JsonNumber
@@ -51,7 +51,7 @@ class ReadParams(BaseModel):
 def create_read_tool_definition(
     cwd: str,
     *,
-    operations: Any | None = None,
+    operations: ReadOperations | None = None,
     auto_resize_images: bool = True,
     home: str | None = None,
 ) -> ToolDefinition[ReadParams, Any]:

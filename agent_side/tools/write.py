@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from operations import AbortSignal, OpsError
+from operations import AbortSignal, OpsError, WriteOperations
 
 from .._messages import AgentToolResult
 from .._tool import (
@@ -36,7 +36,7 @@ class WriteParams(BaseModel):
 
 
 def create_write_tool_definition(
-    cwd: str, *, operations: Any | None = None, home: str | None = None
+    cwd: str, *, operations: WriteOperations | None = None, home: str | None = None
 ) -> ToolDefinition[WriteParams, Any]:
     """The ``write`` tool over ``operations`` (``mkdir``, ``write_file``).
 
