@@ -114,9 +114,26 @@ def create_bash_tool_definition(
     )
 
 
-def create_bash_tool(cwd: str, **options: Any) -> AgentTool[BashParams, Any]:
+def create_bash_tool(
+    cwd: str,
+    *,
+    operations: BashOperations | None = None,
+    command_prefix: str | None = None,
+    shell_path: str | None = None,
+    expose_session_environment: bool = True,
+    spawn_hook: SpawnHook | None = None,
+    env: Mapping[str, str] | None = None,
+) -> AgentTool[BashParams, Any]:
     """:func:`create_bash_tool_definition`, wrapped for the loop (with its prompt metadata)."""
-    definition = create_bash_tool_definition(cwd, **options)
+    definition = create_bash_tool_definition(
+        cwd,
+        operations=operations,
+        command_prefix=command_prefix,
+        shell_path=shell_path,
+        expose_session_environment=expose_session_environment,
+        spawn_hook=spawn_hook,
+        env=env,
+    )
     tool = wrap_tool_definition(definition)
     tool.prompt_snippet = definition.prompt_snippet
     tool.prompt_guidelines = definition.prompt_guidelines

@@ -198,9 +198,11 @@ def create_edit_tool_definition(
     )
 
 
-def create_edit_tool(cwd: str, **options: Any) -> AgentTool[EditParams, Any]:
+def create_edit_tool(
+    cwd: str, *, operations: EditOperations | None = None, home: str | None = None
+) -> AgentTool[EditParams, Any]:
     """:func:`create_edit_tool_definition`, wrapped for the loop."""
-    return wrap_tool_definition(create_edit_tool_definition(cwd, **options))
+    return wrap_tool_definition(create_edit_tool_definition(cwd, operations=operations, home=home))
 
 
 def _detail(error: BaseException) -> str:

@@ -119,6 +119,8 @@ def create_find_tool_definition(
     )
 
 
-def create_find_tool(cwd: str, **options: Any) -> AgentTool[FindParams, Any]:
+def create_find_tool(
+    cwd: str, *, operations: FindOperations | None = None, home: str | None = None
+) -> AgentTool[FindParams, Any]:
     """:func:`create_find_tool_definition`, wrapped for the loop."""
-    return wrap_tool_definition(create_find_tool_definition(cwd, **options))
+    return wrap_tool_definition(create_find_tool_definition(cwd, operations=operations, home=home))

@@ -209,6 +209,8 @@ def _display_path(path: str, search_path: str, is_dir: bool) -> str:
     return posixpath.basename(path)
 
 
-def create_grep_tool(cwd: str, **options: Any) -> AgentTool[GrepParams, Any]:
+def create_grep_tool(
+    cwd: str, *, operations: GrepOperations | None = None, home: str | None = None
+) -> AgentTool[GrepParams, Any]:
     """:func:`create_grep_tool_definition`, wrapped for the loop."""
-    return wrap_tool_definition(create_grep_tool_definition(cwd, **options))
+    return wrap_tool_definition(create_grep_tool_definition(cwd, operations=operations, home=home))

@@ -130,6 +130,8 @@ async def _stat_entries(
     return entries, False
 
 
-def create_ls_tool(cwd: str, **options: Any) -> AgentTool[LsParams, Any]:
+def create_ls_tool(
+    cwd: str, *, operations: LsOperations | None = None, home: str | None = None
+) -> AgentTool[LsParams, Any]:
     """:func:`create_ls_tool_definition`, wrapped for the loop."""
-    return wrap_tool_definition(create_ls_tool_definition(cwd, **options))
+    return wrap_tool_definition(create_ls_tool_definition(cwd, operations=operations, home=home))

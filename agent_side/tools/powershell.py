@@ -55,9 +55,22 @@ def create_powershell_tool_definition(
     )
 
 
-def create_powershell_tool(cwd: str, **options: Any) -> AgentTool[BashParams, Any]:
+def create_powershell_tool(
+    cwd: str,
+    *,
+    operations: PowerShellOperations | PowerShellHost | None = None,
+    expose_session_environment: bool = True,
+    spawn_hook: SpawnHook | None = None,
+    env: Mapping[str, str] | None = None,
+) -> AgentTool[BashParams, Any]:
     """:func:`create_powershell_tool_definition`, wrapped for the loop."""
-    definition = create_powershell_tool_definition(cwd, **options)
+    definition = create_powershell_tool_definition(
+        cwd,
+        operations=operations,
+        expose_session_environment=expose_session_environment,
+        spawn_hook=spawn_hook,
+        env=env,
+    )
     tool = wrap_tool_definition(definition)
     tool.prompt_snippet = definition.prompt_snippet
     tool.prompt_guidelines = definition.prompt_guidelines

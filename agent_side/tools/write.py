@@ -84,6 +84,8 @@ def create_write_tool_definition(
     )
 
 
-def create_write_tool(cwd: str, **options: Any) -> AgentTool[WriteParams, Any]:
+def create_write_tool(
+    cwd: str, *, operations: WriteOperations | None = None, home: str | None = None
+) -> AgentTool[WriteParams, Any]:
     """:func:`create_write_tool_definition`, wrapped for the loop."""
-    return wrap_tool_definition(create_write_tool_definition(cwd, **options))
+    return wrap_tool_definition(create_write_tool_definition(cwd, operations=operations, home=home))
