@@ -5,8 +5,9 @@ clients (each implements every ``operations`` protocol); the tool runtime and th
 only ever see ``operations`` interfaces, so they run unchanged on every backend.
 
 The tool runtime: ``_tool`` (the three tool layers), ``_messages`` (messages, results, events),
-``_schema`` (publishing pydantic parameters), ``_validate`` (argument coercion and validation),
-``_loop`` (``execute_tool_calls``), ``_registry`` (registered and active tools) and
+``_schema`` (publishing pydantic parameters), ``_validate`` (the validation pipeline) over
+``_json_schema`` (the checker) and ``_coerce_typebox`` / ``_coerce_ajv`` (the two coercion rule
+sets), ``_loop`` (``execute_tool_calls``), ``_registry`` (registered and active tools) and
 ``_mutation_queue`` (per-file serialisation of read-modify-write tools).
 
 The ``opsbroker call`` and ``opsbroker run`` commands: ``_cli_call`` and ``_cli_run``, sharing

@@ -2,8 +2,10 @@
 
 Each ``create_<name>_tool(cwd, operations=..., ...)`` returns an :class:`~agent_side.AgentTool`
 (``create_<name>_tool_definition`` the :class:`~agent_side.ToolDefinition` behind it). A tool only
-calls the ``operations`` interfaces, so it behaves the same on the memory, local, gRPC and SSH
-backends; without ``operations`` it uses the ``local:`` backend rooted at ``cwd``.
+calls the ``operations`` interfaces it is typed with (``read`` a
+:class:`~operations.ReadOperations`, ...; a set of tools :class:`ToolOperations`), so it behaves
+the same on the memory, local, gRPC and SSH backends; without ``operations`` it uses the
+``local:`` backend rooted at ``cwd``.
 
 General layout: one module per tool; shared pieces are ``_truncate`` (limits and notices),
 ``_output`` (command output streaming), ``_paths`` (what a path argument means), ``_edit_diff``
@@ -30,6 +32,9 @@ from ._truncate import format_size as format_size
 from ._truncate import truncate_head as truncate_head
 from ._truncate import truncate_line as truncate_line
 from ._truncate import truncate_tail as truncate_tail
+from ._workspace import LocalOperations
+from ._workspace import PowerShellHost as PowerShellHost
+from ._workspace import ToolOperations as ToolOperations
 from .bash import create_bash_tool as create_bash_tool
 from .bash import create_bash_tool_definition as create_bash_tool_definition
 from .edit import create_edit_tool as create_edit_tool
@@ -55,8 +60,10 @@ __all__ = [
     "DEFAULT_MAX_LINES",
     "GREP_MAX_LINE_LENGTH",
     "OutputAccumulator",
+    "PowerShellHost",
     "SpawnContext",
     "SpawnHook",
+    "ToolOperations",
     "TruncationResult",
     "create_all_tool_definitions",
     "create_all_tools",
@@ -112,8 +119,8 @@ _READ_ONLY = ("read", "grep", "find", "ls")
 def create_tool_definition(
     name: str,
     cwd: str,
-    operations: Any | None = None,
-    options: Mapping[str, Any] | None = None,
+    operations: ToolOperations | None = None,
+    options: Mapping[str, object] | None = None,
 ) -> ToolDefinition[Any, Any]:
     """The definition of the built-in tool ``name``; ``options`` are that tool's keyword options.
 
@@ -129,8 +136,8 @@ def create_tool_definition(
 def create_tool(
     name: str,
     cwd: str,
-    operations: Any | None = None,
-    options: Mapping[str, Any] | None = None,
+    operations: ToolOperations | None = None,
+    options: Mapping[str, object] | None = None,
 ) -> AgentTool[Any, Any]:
     """:func:`create_tool_definition`, wrapped for the loop."""
     definition = create_tool_definition(name, cwd, operations, options)
@@ -144,12 +151,10 @@ def create_tool(
 def _definitions(
     names: tuple[str, ...],
     cwd: str,
-    operations: Any | None,
-    options: Mapping[str, Mapping[str, Any]] | None,
+    operations: ToolOperations | None,
+    options: Mapping[str, Mapping[str, object]] | None,
 ) -> list[ToolDefinition[Any, Any]]:
     if operations is None:
-        from ._workspace import LocalOperations
-
         operations = LocalOperations(cwd)  # one backend shared by every tool of the set
     opts = options or {}
     return [create_tool_definition(n, cwd, operations, opts.get(n)) for n in names]
@@ -158,12 +163,10 @@ def _definitions(
 def _tools(
     names: tuple[str, ...],
     cwd: str,
-    operations: Any | None,
-    options: Mapping[str, Mapping[str, Any]] | None,
+    operations: ToolOperations | None,
+    options: Mapping[str, Mapping[str, object]] | None,
 ) -> list[AgentTool[Any, Any]]:
     if operations is None:
-        from ._workspace import LocalOperations
-
         operations = LocalOperations(cwd)
     opts = options or {}
     return [create_tool(n, cwd, operations, opts.get(n)) for n in names]
@@ -171,8 +174,8 @@ def _tools(
 
 def create_all_tool_definitions(
     cwd: str,
-    operations: Any | None = None,
-    options: Mapping[str, Mapping[str, Any]] | None = None,
+    operations: ToolOperations | None = None,
+    options: Mapping[str, Mapping[str, object]] | None = None,
 ) -> list[ToolDefinition[Any, Any]]:
     """All eight definitions over one ``operations``; ``options`` maps a tool name to its options."""
     return _definitions(ALL_TOOL_NAMES, cwd, operations, options)
@@ -180,8 +183,8 @@ def create_all_tool_definitions(
 
 def create_all_tools(
     cwd: str,
-    operations: Any | None = None,
-    options: Mapping[str, Mapping[str, Any]] | None = None,
+    operations: ToolOperations | None = None,
+    options: Mapping[str, Mapping[str, object]] | None = None,
 ) -> list[AgentTool[Any, Any]]:
     """All eight tools over one ``operations`` (the ``local:`` backend at ``cwd`` by default)."""
     return _tools(ALL_TOOL_NAMES, cwd, operations, options)
@@ -189,8 +192,8 @@ def create_all_tools(
 
 def create_coding_tool_definitions(
     cwd: str,
-    operations: Any | None = None,
-    options: Mapping[str, Mapping[str, Any]] | None = None,
+    operations: ToolOperations | None = None,
+    options: Mapping[str, Mapping[str, object]] | None = None,
 ) -> list[ToolDefinition[Any, Any]]:
     """``read``, ``bash``, ``edit``, ``write``: the default active set."""
     return _definitions(_CODING, cwd, operations, options)
@@ -198,8 +201,8 @@ def create_coding_tool_definitions(
 
 def create_coding_tools(
     cwd: str,
-    operations: Any | None = None,
-    options: Mapping[str, Mapping[str, Any]] | None = None,
+    operations: ToolOperations | None = None,
+    options: Mapping[str, Mapping[str, object]] | None = None,
 ) -> list[AgentTool[Any, Any]]:
     """``read``, ``bash``, ``edit``, ``write``, wrapped for the loop."""
     return _tools(_CODING, cwd, operations, options)
@@ -207,8 +210,8 @@ def create_coding_tools(
 
 def create_read_only_tool_definitions(
     cwd: str,
-    operations: Any | None = None,
-    options: Mapping[str, Mapping[str, Any]] | None = None,
+    operations: ToolOperations | None = None,
+    options: Mapping[str, Mapping[str, object]] | None = None,
 ) -> list[ToolDefinition[Any, Any]]:
     """``read``, ``grep``, ``find``, ``ls``: tools that never change the workspace."""
     return _definitions(_READ_ONLY, cwd, operations, options)
@@ -216,8 +219,8 @@ def create_read_only_tool_definitions(
 
 def create_read_only_tools(
     cwd: str,
-    operations: Any | None = None,
-    options: Mapping[str, Mapping[str, Any]] | None = None,
+    operations: ToolOperations | None = None,
+    options: Mapping[str, Mapping[str, object]] | None = None,
 ) -> list[AgentTool[Any, Any]]:
     """``read``, ``grep``, ``find``, ``ls``, wrapped for the loop."""
     return _tools(_READ_ONLY, cwd, operations, options)

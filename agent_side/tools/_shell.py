@@ -17,11 +17,13 @@ from typing import Any
 from operations import (
     Aborted,
     AbortSignal,
+    BashOperations,
     ExecResult,
     KillReason,
     NotADirectory,
     NotFound,
     OpsError,
+    PowerShellOperations,
     Timeout,
 )
 
@@ -63,7 +65,7 @@ class ShellRun:
 
     shell_name: str  # "bash" or "PowerShell", as error texts spell it
     temp_file_prefix: str
-    exec: Callable[..., Any]
+    shell: Callable[[], BashOperations | PowerShellOperations]  # asked at each run
     command_prefix: str | None
     expose_session_environment: bool
     spawn_hook: SpawnHook | None
@@ -193,7 +195,7 @@ async def run_shell_command(
         if signal is not None and signal.aborted:
             result = ExecResult(None, KillReason.ABORTED)
         else:
-            result = await run.exec(
+            result = await run.shell().exec(
                 spawn.command, spawn.cwd, on_data=on_data, signal=signal, timeout=timeout,
                 env=spawn.env,
             )  # fmt: skip

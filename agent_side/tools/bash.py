@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pydantic import BaseModel, Field
 
-from operations import AbortSignal
+from operations import AbortSignal, BashOperations
 
 from .._messages import AgentToolResult
 from .._schema import JsonNumber
@@ -49,7 +49,7 @@ def shell_tool_definition(
     shell: str,
     snippet: str,
     run: ShellRun,
-    ws: Workspace,
+    cwd_for: Callable[[ToolContext | None], str],
 ) -> ToolDefinition[BashParams, Any]:
     async def execute(
         tool_call_id: str,
@@ -59,7 +59,7 @@ def shell_tool_definition(
         ctx: ToolContext | None,
     ) -> AgentToolResult[Any]:
         return await run_shell_command(
-            run, params.command, params.timeout, ws.cwd_for(ctx), signal, on_update, ctx
+            run, params.command, params.timeout, cwd_for(ctx), signal, on_update, ctx
         )
 
     return ToolDefinition(
@@ -77,7 +77,7 @@ def shell_tool_definition(
 def create_bash_tool_definition(
     cwd: str,
     *,
-    operations: Any | None = None,
+    operations: BashOperations | None = None,
     command_prefix: str | None = None,
     shell_path: str | None = None,
     expose_session_environment: bool = True,
@@ -99,7 +99,7 @@ def create_bash_tool_definition(
     run = ShellRun(
         shell_name="bash",
         temp_file_prefix="pi-bash",
-        exec=lambda *a, **k: ws.ops.exec(*a, **k),
+        shell=lambda: ws.ops,
         command_prefix=command_prefix,
         expose_session_environment=expose_session_environment,
         spawn_hook=spawn_hook,
@@ -110,13 +110,30 @@ def create_bash_tool_definition(
         shell="bash",
         snippet="Execute bash commands (ls, grep, find, etc.)",
         run=run,
-        ws=ws,
+        cwd_for=ws.cwd_for,
     )
 
 
-def create_bash_tool(cwd: str, **options: Any) -> AgentTool[BashParams, Any]:
+def create_bash_tool(
+    cwd: str,
+    *,
+    operations: BashOperations | None = None,
+    command_prefix: str | None = None,
+    shell_path: str | None = None,
+    expose_session_environment: bool = True,
+    spawn_hook: SpawnHook | None = None,
+    env: Mapping[str, str] | None = None,
+) -> AgentTool[BashParams, Any]:
     """:func:`create_bash_tool_definition`, wrapped for the loop (with its prompt metadata)."""
-    definition = create_bash_tool_definition(cwd, **options)
+    definition = create_bash_tool_definition(
+        cwd,
+        operations=operations,
+        command_prefix=command_prefix,
+        shell_path=shell_path,
+        expose_session_environment=expose_session_environment,
+        spawn_hook=spawn_hook,
+        env=env,
+    )
     tool = wrap_tool_definition(definition)
     tool.prompt_snippet = definition.prompt_snippet
     tool.prompt_guidelines = definition.prompt_guidelines

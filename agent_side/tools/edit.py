@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from operations import AbortSignal, IsADirectory, OpsError
+from operations import AbortSignal, EditOperations, IsADirectory, OpsError
 
 from .._messages import AgentToolResult
 from .._tool import (
@@ -119,7 +119,7 @@ def prepare_edit_arguments(args: Any) -> Any:
 
 
 def create_edit_tool_definition(
-    cwd: str, *, operations: Any | None = None, home: str | None = None
+    cwd: str, *, operations: EditOperations | None = None, home: str | None = None
 ) -> ToolDefinition[EditParams, Any]:
     """The ``edit`` tool over ``operations`` (``access``, ``read_file``, ``write_file``).
 
@@ -198,9 +198,11 @@ def create_edit_tool_definition(
     )
 
 
-def create_edit_tool(cwd: str, **options: Any) -> AgentTool[EditParams, Any]:
+def create_edit_tool(
+    cwd: str, *, operations: EditOperations | None = None, home: str | None = None
+) -> AgentTool[EditParams, Any]:
     """:func:`create_edit_tool_definition`, wrapped for the loop."""
-    return wrap_tool_definition(create_edit_tool_definition(cwd, **options))
+    return wrap_tool_definition(create_edit_tool_definition(cwd, operations=operations, home=home))
 
 
 def _detail(error: BaseException) -> str:

@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from operations import AbortSignal, OpsError
+from operations import AbortSignal, FindOperations, OpsError
 
 from .._messages import AgentToolResult
 from .._schema import JsonNumber
@@ -63,7 +63,7 @@ def relativize_find_result_path(result: str, search_path: str) -> str:
 
 
 def create_find_tool_definition(
-    cwd: str, *, operations: Any | None = None, home: str | None = None
+    cwd: str, *, operations: FindOperations | None = None, home: str | None = None
 ) -> ToolDefinition[FindParams, Any]:
     """The ``find`` tool over ``operations`` (``exists``, ``glob``).
 
@@ -119,6 +119,8 @@ def create_find_tool_definition(
     )
 
 
-def create_find_tool(cwd: str, **options: Any) -> AgentTool[FindParams, Any]:
+def create_find_tool(
+    cwd: str, *, operations: FindOperations | None = None, home: str | None = None
+) -> AgentTool[FindParams, Any]:
     """:func:`create_find_tool_definition`, wrapped for the loop."""
-    return wrap_tool_definition(create_find_tool_definition(cwd, **options))
+    return wrap_tool_definition(create_find_tool_definition(cwd, operations=operations, home=home))

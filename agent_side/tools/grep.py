@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import posixpath
 import sys
-from contextlib import aclosing
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
-from operations import AbortSignal, OpsError, SearchMatch
+from operations import AbortSignal, GrepOperations, OpsError, SearchMatch
 
 from .._messages import AgentToolResult
 from .._schema import JsonNumber
@@ -42,6 +41,13 @@ DESCRIPTION = (
 )
 
 
+@runtime_checkable
+class _Closable(Protocol):
+    """A search stream that can be stopped early (every backend's is an async generator)."""
+
+    async def aclose(self) -> None: ...
+
+
 class GrepParams(BaseModel):
     pattern: str = Field(description="Search pattern (regex or literal string)")
     path: str | None = Field(
@@ -67,7 +73,7 @@ class GrepParams(BaseModel):
 
 
 def create_grep_tool_definition(
-    cwd: str, *, operations: Any | None = None, home: str | None = None
+    cwd: str, *, operations: GrepOperations | None = None, home: str | None = None
 ) -> ToolDefinition[GrepParams, Any]:
     """The ``grep`` tool over ``operations`` (``is_directory``, ``search``, ``read_file``).
 
@@ -103,11 +109,14 @@ def create_grep_tool_definition(
                     literal=bool(params.literal),
                     limit=limit,
                 )
-                async with aclosing(stream) as found:
-                    async for match in found:
+                try:
+                    async for match in stream:
                         matches.append(match)
                         if len(matches) >= limit:
                             break
+                finally:
+                    if isinstance(stream, _Closable):
+                        await stream.aclose()  # stops the search where it runs
             except OpsError as exc:
                 raise ToolError(exc.reason) from None
             if not matches:
@@ -146,7 +155,11 @@ def create_grep_tool_definition(
 
 
 async def _format(
-    ops: Any, matches: list[SearchMatch], search_path: str, is_dir: bool, context: int
+    ops: GrepOperations,
+    matches: list[SearchMatch],
+    search_path: str,
+    is_dir: bool,
+    context: int,
 ) -> tuple[list[str], bool]:
     """The output lines (``path:n: text`` for matches, ``path-n- text`` for context)."""
     files: dict[str, list[str]] = {}
@@ -179,7 +192,7 @@ async def _format(
     return out, any_cut
 
 
-async def _file_lines(ops: Any, path: str) -> list[str]:
+async def _file_lines(ops: GrepOperations, path: str) -> list[str]:
     try:
         data: bytes = await ops.read_file(path)
     except OpsError:
@@ -196,6 +209,8 @@ def _display_path(path: str, search_path: str, is_dir: bool) -> str:
     return posixpath.basename(path)
 
 
-def create_grep_tool(cwd: str, **options: Any) -> AgentTool[GrepParams, Any]:
+def create_grep_tool(
+    cwd: str, *, operations: GrepOperations | None = None, home: str | None = None
+) -> AgentTool[GrepParams, Any]:
     """:func:`create_grep_tool_definition`, wrapped for the loop."""
-    return wrap_tool_definition(create_grep_tool_definition(cwd, **options))
+    return wrap_tool_definition(create_grep_tool_definition(cwd, operations=operations, home=home))

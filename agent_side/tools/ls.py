@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from operations import AbortSignal, OpsError
+from operations import AbortSignal, LsOperations, OpsError
 
 from .._messages import AgentToolResult
 from .._schema import JsonNumber
@@ -47,7 +47,7 @@ class LsParams(BaseModel):
 
 
 def create_ls_tool_definition(
-    cwd: str, *, operations: Any | None = None, home: str | None = None
+    cwd: str, *, operations: LsOperations | None = None, home: str | None = None
 ) -> ToolDefinition[LsParams, Any]:
     """The ``ls`` tool over ``operations`` (``exists``, ``stat``, ``readdir``).
 
@@ -107,7 +107,7 @@ def create_ls_tool_definition(
 
 
 async def _stat_entries(
-    ops: Any, directory: str, names: list[str], limit: int
+    ops: LsOperations, directory: str, names: list[str], limit: int
 ) -> tuple[list[str], bool]:
     """The first ``limit`` names that stat, ``/``-suffixed for directories; and whether more."""
 
@@ -130,6 +130,8 @@ async def _stat_entries(
     return entries, False
 
 
-def create_ls_tool(cwd: str, **options: Any) -> AgentTool[LsParams, Any]:
+def create_ls_tool(
+    cwd: str, *, operations: LsOperations | None = None, home: str | None = None
+) -> AgentTool[LsParams, Any]:
     """:func:`create_ls_tool_definition`, wrapped for the loop."""
-    return wrap_tool_definition(create_ls_tool_definition(cwd, **options))
+    return wrap_tool_definition(create_ls_tool_definition(cwd, operations=operations, home=home))

@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from operations import PowerShellOperations
+
 from .._tool import AgentTool, ToolDefinition, wrap_tool_definition
 from ._shell import ShellRun, SpawnHook
-from ._workspace import Workspace
+from ._workspace import PowerShellHost, Workspace
 from .bash import BashParams, shell_tool_definition
 
 __all__ = ["create_powershell_tool", "create_powershell_tool_definition"]
@@ -16,7 +18,7 @@ __all__ = ["create_powershell_tool", "create_powershell_tool_definition"]
 def create_powershell_tool_definition(
     cwd: str,
     *,
-    operations: Any | None = None,
+    operations: PowerShellOperations | PowerShellHost | None = None,
     expose_session_environment: bool = True,
     spawn_hook: SpawnHook | None = None,
     env: Mapping[str, str] | None = None,
@@ -27,16 +29,18 @@ def create_powershell_tool_definition(
     There is no ``command_prefix`` or ``shell_path``, as in the reference; the backend adds the
     UTF-8 output-encoding line itself, so ``spawn_hook`` sees the command as the model sent it.
     """
-    ws = Workspace(cwd, operations, None)
+    ws: Workspace[PowerShellOperations | PowerShellHost] = Workspace(cwd, operations, None)
 
-    def exec_(*args: Any, **kwargs: Any) -> Any:
-        target = getattr(ws.ops, "powershell", None) or ws.ops
-        return target.exec(*args, **kwargs)
+    def shell() -> PowerShellOperations:
+        ops = ws.ops
+        if isinstance(ops, PowerShellHost):
+            return ops.powershell
+        return ops
 
     run = ShellRun(
         shell_name="PowerShell",
         temp_file_prefix="pi-powershell",
-        exec=exec_,
+        shell=shell,
         command_prefix=None,
         expose_session_environment=expose_session_environment,
         spawn_hook=spawn_hook,
@@ -47,13 +51,26 @@ def create_powershell_tool_definition(
         shell="PowerShell",
         snippet="Execute PowerShell commands",
         run=run,
-        ws=ws,
+        cwd_for=ws.cwd_for,
     )
 
 
-def create_powershell_tool(cwd: str, **options: Any) -> AgentTool[BashParams, Any]:
+def create_powershell_tool(
+    cwd: str,
+    *,
+    operations: PowerShellOperations | PowerShellHost | None = None,
+    expose_session_environment: bool = True,
+    spawn_hook: SpawnHook | None = None,
+    env: Mapping[str, str] | None = None,
+) -> AgentTool[BashParams, Any]:
     """:func:`create_powershell_tool_definition`, wrapped for the loop."""
-    definition = create_powershell_tool_definition(cwd, **options)
+    definition = create_powershell_tool_definition(
+        cwd,
+        operations=operations,
+        expose_session_environment=expose_session_environment,
+        spawn_hook=spawn_hook,
+        env=env,
+    )
     tool = wrap_tool_definition(definition)
     tool.prompt_snippet = definition.prompt_snippet
     tool.prompt_guidelines = definition.prompt_guidelines

@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from operations import AbortSignal, IsADirectory, OpsError
+from operations import AbortSignal, IsADirectory, OpsError, ReadOperations
 
 from .._messages import AgentToolResult
 from .._schema import JsonNumber
@@ -51,7 +51,7 @@ class ReadParams(BaseModel):
 def create_read_tool_definition(
     cwd: str,
     *,
-    operations: Any | None = None,
+    operations: ReadOperations | None = None,
     auto_resize_images: bool = True,
     home: str | None = None,
 ) -> ToolDefinition[ReadParams, Any]:
@@ -103,9 +103,18 @@ def create_read_tool_definition(
     )
 
 
-def create_read_tool(cwd: str, **options: Any) -> AgentTool[ReadParams, Any]:
+def create_read_tool(
+    cwd: str,
+    *,
+    operations: ReadOperations | None = None,
+    auto_resize_images: bool = True,
+    home: str | None = None,
+) -> AgentTool[ReadParams, Any]:
     """:func:`create_read_tool_definition`, wrapped for the loop."""
-    return wrap_tool_definition(create_read_tool_definition(cwd, **options))
+    definition = create_read_tool_definition(
+        cwd, operations=operations, auto_resize_images=auto_resize_images, home=home
+    )
+    return wrap_tool_definition(definition)
 
 
 def _model_lacks_images(ctx: ToolContext | None) -> bool:

@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from operations import AbortSignal, OpsError
+from operations import AbortSignal, OpsError, WriteOperations
 
 from .._messages import AgentToolResult
 from .._tool import (
@@ -36,7 +36,7 @@ class WriteParams(BaseModel):
 
 
 def create_write_tool_definition(
-    cwd: str, *, operations: Any | None = None, home: str | None = None
+    cwd: str, *, operations: WriteOperations | None = None, home: str | None = None
 ) -> ToolDefinition[WriteParams, Any]:
     """The ``write`` tool over ``operations`` (``mkdir``, ``write_file``).
 
@@ -84,6 +84,8 @@ def create_write_tool_definition(
     )
 
 
-def create_write_tool(cwd: str, **options: Any) -> AgentTool[WriteParams, Any]:
+def create_write_tool(
+    cwd: str, *, operations: WriteOperations | None = None, home: str | None = None
+) -> AgentTool[WriteParams, Any]:
     """:func:`create_write_tool_definition`, wrapped for the loop."""
-    return wrap_tool_definition(create_write_tool_definition(cwd, **options))
+    return wrap_tool_definition(create_write_tool_definition(cwd, operations=operations, home=home))
