@@ -27,6 +27,7 @@ import grpc.aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 from opsbroker.v1 import broker_pb2_grpc as pb_grpc
+from opsbroker.v1.codec import MAX_MESSAGE_BYTES
 from pydantic import BaseModel, ConfigDict, Field
 
 from operations import Backend, InvalidArgument, load_policy
@@ -47,7 +48,7 @@ __all__ = [
 DEFAULT_GRPC_ADDRESS = "127.0.0.1:7443"  # loopback only: nothing off this machine can reach it
 
 MAX_RECEIVE_MESSAGE_BYTES = 4 * 1024 * 1024  # requests carry 64 KiB chunks; 4 MiB is ample
-MAX_SEND_MESSAGE_BYTES = 64 * 1024 * 1024  # one search match holds a whole line, however long
+MAX_SEND_MESSAGE_BYTES = MAX_MESSAGE_BYTES  # one search match holds a whole line, however long
 KEEPALIVE_TIME_MS = 20_000  # ping an idle connection this often, to notice a vanished client
 KEEPALIVE_TIMEOUT_MS = 10_000  # ...and drop it (cancelling its calls) if the ping is not answered
 MIN_CLIENT_PING_INTERVAL_MS = 5_000  # clients may ping us this often without being cut off

@@ -3,7 +3,7 @@
 One SSH connection carries any number of channels; each channel is one of:
 
 - the ``opsbroker`` subsystem: the protobuf calls of ``service Broker``, framed by
-  :mod:`._sshframe`, one call at a time per channel (a client opens more channels for more
+  :mod:`opsbroker.v1.sshframe`, one call at a time per channel (a client opens more channels for more
   concurrent calls, and reuses a channel once its call is over);
 - a command (``ssh host 'make test'``): run through the backend's ``exec`` in the root, merged
   output on stdout, the exit status returned; ``ssh host`` alone is refused with a message;
@@ -34,12 +34,7 @@ import asyncssh
 from asyncssh.stream import SSHServerStreamSession
 from google.protobuf.message import Message as ProtoMessage
 from opsbroker.v1.codec import error_to_wire
-
-from operations import Aborted, Backend, InvalidArgument, KillReason, OpsError, TooLarge
-
-from ._service import METHODS, Service
-from ._sftp import BackendSFTPServer
-from ._sshframe import (
+from opsbroker.v1.sshframe import (
     DEFAULT_MAX_FRAME_SIZE,
     HEADER_BYTES,
     NEED_DATA,
@@ -53,6 +48,11 @@ from ._sshframe import (
     Role,
     State,
 )
+
+from operations import Aborted, Backend, InvalidArgument, KillReason, OpsError, TooLarge
+
+from ._service import METHODS, Service
+from ._sftp import BackendSFTPServer
 
 __all__ = [
     "SUBSYSTEM",
