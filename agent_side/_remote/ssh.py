@@ -26,6 +26,7 @@ from typing import Any, Final, Self, TypeVar
 
 import asyncssh
 from google.protobuf.message import Message as ProtoMessage
+from opsbroker import malloc
 from opsbroker.v1 import broker_pb2 as pb
 from opsbroker.v1.codec import (
     entry_from_wire,
@@ -51,7 +52,6 @@ from opsbroker.v1.sshframe import (
     State,
 )
 
-from broker import _malloc
 from operations import (
     AbortSignal,
     DirEntry,
@@ -245,7 +245,7 @@ class SSHBackend:
             broker's host key; ``None`` disables host key checking (tests only).
         max_frame_size: the largest frame accepted from the broker.
         tune_allocator: set glibc's allocator thresholds for large transfers when connecting
-            (:func:`broker._malloc.tune_allocator`). Off by default: the setting is process-wide,
+            (:func:`opsbroker.malloc.tune_allocator`). Off by default: the setting is process-wide,
             the embedding application's to make; on, large transfers fault less here.
         options: more ``asyncssh.connect`` options.
     """
@@ -308,7 +308,7 @@ class SSHBackend:
                 raise Unavailable("connect", None, "the backend is closed")
             where = f"ssh://{self._host}:{self._port}"
             if self._tune_allocator:
-                _malloc.tune_allocator()
+                malloc.tune_allocator()
             try:
                 self._conn = await asyncssh.connect(
                     self._host,
