@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import importlib.metadata
 import ipaddress
 import logging
@@ -33,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from operations import Backend, InvalidArgument, load_policy
 
 from ._auth import TokenTable
+from ._core import Broker
 from ._frontends.grpc import SERVICE_NAME, AuthenticatedServer, Authenticator, BrokerServicer
 from ._guard import Enforcement
 
@@ -238,9 +238,7 @@ class BrokerServer:
         sandbox = self.enforcement.sandbox if self.enforcement is not None else None
         try:
             if self._backend is None:
-                # The core is imported only when needed: front-ends never depend on it otherwise.
-                core = importlib.import_module("broker._core")
-                self._backend = core.Broker(str(config.root), sandbox=sandbox)
+                self._backend = Broker(str(config.root), sandbox=sandbox)
             elif sandbox is not None and hasattr(self._backend, "use_sandbox"):
                 # A core handed in runs its commands in the policy's sandbox too (never bare).
                 self._backend.use_sandbox(sandbox)
@@ -398,8 +396,9 @@ class BrokerServer:
         config = self.config
         if not config.ssh:
             return
-        # Imported only when asked for, like the core: asyncssh is not needed for gRPC alone.
-        ssh = importlib.import_module("broker._frontends.ssh")
+        # Imported only when asked for: asyncssh is not needed for gRPC alone.
+        from ._frontends import ssh
+
         if config.ssh_authorized_keys is None:
             raise InvalidArgument(
                 "serve", None, "--ssh needs an authorized_keys file (--ssh-authorized-keys FILE)"
