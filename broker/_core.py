@@ -26,6 +26,7 @@ from operations import (
     FileKind,
     FileStat,
     InvalidArgument,
+    LineMatcher,
     NotADirectory,
     NotFound,
     OnData,
@@ -34,10 +35,10 @@ from operations import (
     ShellExec,
     TooLarge,
     Unavailable,
+    glob_paths,
+    read_small_streamed,
+    search_file,
 )
-from operations._chunked import read_small_streamed
-from operations._search import LineMatcher, search_file
-from operations._walk import glob_paths
 
 from . import _rg, _shell, _treewalk
 from ._dirfd import AtomicFile, errno_error
