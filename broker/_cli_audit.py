@@ -21,8 +21,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TextIO
 
-from operations import InvalidArgument
-from operations._glob import compile_glob
+from operations import InvalidArgument, compile_glob
 
 from ._audit import format_time, read_records, verify_files
 

@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import pydantic
+from opsbroker.malloc import tune_allocator
 
 from operations import OpsError
 
-from ._malloc import tune_allocator
 from ._serve import (
     DEFAULT_GRPC_ADDRESS,
     BrokerConfig,

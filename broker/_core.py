@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import errno
 import functools
-import importlib
 import os
 import stat as st
 from collections.abc import AsyncGenerator, AsyncIterable, Callable, Mapping, Sequence
@@ -28,6 +27,7 @@ from operations import (
     FileStat,
     Gate,
     InvalidArgument,
+    LineMatcher,
     NotADirectory,
     NotFound,
     OnData,
@@ -36,12 +36,12 @@ from operations import (
     ShellExec,
     TooLarge,
     Unavailable,
+    glob_paths,
+    read_small_streamed,
+    search_file,
 )
-from operations._chunked import read_small_streamed
-from operations._search import LineMatcher, search_file
-from operations._walk import glob_paths
 
-from . import _rg, _treewalk
+from . import _rg, _shell, _treewalk
 from ._dirfd import AtomicFile, errno_error
 from ._landlock import Ruleset
 from ._process import MINIMAL_ENV
@@ -576,8 +576,7 @@ class Broker:
         gate: Gate | None = None,
     ) -> ExecResult:
         manager = self._process_manager(op)
-        shell = importlib.import_module("broker._shell")
-        argv = getattr(shell, argv_builder)(command)
+        argv = getattr(_shell, argv_builder)(command)
         try:
             cwd_fd = self._root.open_dir(op, cwd, gate and gate.read)
         except (NotFound, NotADirectory) as exc:
@@ -605,7 +604,7 @@ class Broker:
             raise Unavailable(op, None, "the broker is closed")
         if self._processes is None:
             try:
-                module = importlib.import_module("broker._process")
+                from . import _process as module
             except ImportError:
                 raise Unavailable(op, None, "this broker build cannot run commands") from None
             self._processes = module.ProcessManager(sandbox=self._sandbox)

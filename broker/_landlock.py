@@ -39,8 +39,7 @@ import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from operations import Policy
-from operations._policy import DEFAULT_SANDBOX_READ
+from operations import DEFAULT_SANDBOX_READ, Policy
 
 __all__ = [
     "Rule",

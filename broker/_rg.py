@@ -35,8 +35,7 @@ import signal
 import sysconfig
 from collections.abc import AsyncGenerator
 
-from operations import SearchMatch
-from operations._search import FileFilter, LineMatcher, is_binary
+from operations import FileFilter, LineMatcher, SearchMatch, is_binary
 
 from . import _treewalk
 

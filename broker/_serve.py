@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
-import importlib.metadata
 import ipaddress
 import logging
 import os
@@ -27,11 +25,13 @@ import grpc.aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 from opsbroker.v1 import broker_pb2_grpc as pb_grpc
+from opsbroker.v1.codec import MAX_MESSAGE_BYTES
 from pydantic import BaseModel, ConfigDict, Field
 
 from operations import Backend, InvalidArgument, load_policy
 
 from ._auth import TokenTable
+from ._core import Broker
 from ._frontends._service import broker_version, capabilities_of
 from ._frontends.grpc import SERVICE_NAME, AuthenticatedServer, Authenticator, BrokerServicer
 from ._guard import Enforcement
@@ -48,7 +48,7 @@ __all__ = [
 DEFAULT_GRPC_ADDRESS = "127.0.0.1:7443"  # loopback only: nothing off this machine can reach it
 
 MAX_RECEIVE_MESSAGE_BYTES = 4 * 1024 * 1024  # requests carry 64 KiB chunks; 4 MiB is ample
-MAX_SEND_MESSAGE_BYTES = 64 * 1024 * 1024  # one search match holds a whole line, however long
+MAX_SEND_MESSAGE_BYTES = MAX_MESSAGE_BYTES  # one search match holds a whole line, however long
 KEEPALIVE_TIME_MS = 20_000  # ping an idle connection this often, to notice a vanished client
 KEEPALIVE_TIMEOUT_MS = 10_000  # ...and drop it (cancelling its calls) if the ping is not answered
 MIN_CLIENT_PING_INTERVAL_MS = 5_000  # clients may ping us this often without being cut off
@@ -231,9 +231,7 @@ class BrokerServer:
         sandbox = self.enforcement.sandbox if self.enforcement is not None else None
         try:
             if self._backend is None:
-                # The core is imported only when needed: front-ends never depend on it otherwise.
-                core = importlib.import_module("broker._core")
-                self._backend = core.Broker(str(config.root), sandbox=sandbox)
+                self._backend = Broker(str(config.root), sandbox=sandbox)
             elif sandbox is not None and hasattr(self._backend, "use_sandbox"):
                 # A core handed in runs its commands in the policy's sandbox too (never bare).
                 self._backend.use_sandbox(sandbox)
@@ -391,8 +389,9 @@ class BrokerServer:
         config = self.config
         if not config.ssh:
             return
-        # Imported only when asked for, like the core: asyncssh is not needed for gRPC alone.
-        ssh = importlib.import_module("broker._frontends.ssh")
+        # Imported only when asked for: asyncssh is not needed for gRPC alone.
+        from ._frontends import ssh
+
         if config.ssh_authorized_keys is None:
             raise InvalidArgument(
                 "serve", None, "--ssh needs an authorized_keys file (--ssh-authorized-keys FILE)"

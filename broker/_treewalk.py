@@ -19,8 +19,15 @@ from collections.abc import AsyncGenerator, Callable, Iterator
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
-from operations import FileKind, Gate, OpsError, SearchMatch
-from operations._search import BINARY_SNIFF_BYTES, LineMatcher, search_tree
+from operations import (
+    BINARY_SNIFF_BYTES,
+    FileKind,
+    Gate,
+    LineMatcher,
+    OpsError,
+    SearchMatch,
+    search_tree,
+)
 
 from . import _openat2
 from ._dirfd import errno_error, list_fd

@@ -13,6 +13,7 @@ from ._abort import abort_scope as abort_scope
 from ._chunked import ChunkedFileOperations as ChunkedFileOperations
 from ._chunked import read_chunks as read_chunks
 from ._chunked import read_small as read_small
+from ._chunked import read_small_streamed as read_small_streamed
 from ._chunked import write_chunks as write_chunks
 from ._errors import ERROR_TYPES as ERROR_TYPES
 from ._errors import Aborted as Aborted
@@ -37,6 +38,7 @@ from ._errors import error_from_code as error_from_code
 from ._gate import MAX_TREE_CHECK as MAX_TREE_CHECK
 from ._gate import Gate as Gate
 from ._gate import GatedBackend as GatedBackend
+from ._glob import compile_glob as compile_glob
 from ._guarded import AuditSink as AuditSink
 from ._guarded import GuardedBackend as GuardedBackend
 from ._memory import Dir as Dir
@@ -47,6 +49,7 @@ from ._memory import MemoryPowerShell as MemoryPowerShell
 from ._memory import OpRecord as OpRecord
 from ._memory import SeedValue as SeedValue
 from ._memory import Symlink as Symlink
+from ._policy import DEFAULT_SANDBOX_READ as DEFAULT_SANDBOX_READ
 from ._policy import AuditPolicy as AuditPolicy
 from ._policy import CommandEnvCache as CommandEnvCache
 from ._policy import EnvPolicy as EnvPolicy
@@ -70,6 +73,12 @@ from ._protocols import ReadOperations as ReadOperations
 from ._protocols import WriteOperations as WriteOperations
 from ._runner import CommandContext as CommandContext
 from ._runner import CommandRunner as CommandRunner
+from ._search import BINARY_SNIFF_BYTES as BINARY_SNIFF_BYTES
+from ._search import FileFilter as FileFilter
+from ._search import LineMatcher as LineMatcher
+from ._search import is_binary as is_binary
+from ._search import search_file as search_file
+from ._search import search_tree as search_tree
 from ._shell_exec import ShellExec as ShellExec
 from ._types import DirEntry as DirEntry
 from ._types import ExecResult as ExecResult
@@ -78,8 +87,11 @@ from ._types import FileStat as FileStat
 from ._types import KillReason as KillReason
 from ._types import OnData as OnData
 from ._types import SearchMatch as SearchMatch
+from ._walk import glob_paths as glob_paths
 
 __all__ = [
+    "BINARY_SNIFF_BYTES",
+    "DEFAULT_SANDBOX_READ",
     "ERROR_TYPES",
     "MAX_TREE_CHECK",
     "AbortController",
@@ -104,6 +116,7 @@ __all__ = [
     "ExecResult",
     "Fifo",
     "File",
+    "FileFilter",
     "FileKind",
     "FileStat",
     "FileSystemOperations",
@@ -116,6 +129,7 @@ __all__ = [
     "InvalidArgument",
     "IsADirectory",
     "KillReason",
+    "LineMatcher",
     "LsOperations",
     "MemoryPowerShell",
     "NotADirectory",
@@ -145,10 +159,16 @@ __all__ = [
     "WriteOperations",
     "abort_scope",
     "build_command_env",
+    "compile_glob",
     "error_from_code",
     "glob_matches",
+    "glob_paths",
+    "is_binary",
     "load_policy",
     "read_chunks",
     "read_small",
+    "read_small_streamed",
+    "search_file",
+    "search_tree",
     "write_chunks",
 ]

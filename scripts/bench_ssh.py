@@ -68,7 +68,7 @@ async def _start_broker(tmp: Path, root: Path) -> tuple[asyncio.subprocess.Proce
     keys = tmp / "keys"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE / "proto")])}
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "broker._cli", "serve", "--root", str(root),
+        sys.executable, "-m", "opsbroker", "serve", "--root", str(root),
         "--grpc", "127.0.0.1:0", "--ssh", "127.0.0.1:0", "--quiet",
         "--token-file", str(tmp / "tokens"), "--ssh-authorized-keys", str(keys / "authorized_keys"),
         "--ssh-host-key", str(keys / "broker_host_key"),

@@ -17,9 +17,7 @@ import grpc.aio
 import pytest
 from opsbroker.v1 import broker_pb2 as pb
 from opsbroker.v1.codec import ERROR_METADATA_KEY
-
-from broker._frontends._service import METHODS
-from broker._frontends._sshframe import (
+from opsbroker.v1.sshframe import (
     NEED_DATA,
     End,
     EndOfInput,
@@ -28,6 +26,8 @@ from broker._frontends._sshframe import (
     Request,
     Role,
 )
+
+from broker._frontends._service import METHODS
 from tests.grpc._harness import serving, token_of
 from tests.ssh._harness import make_keys
 

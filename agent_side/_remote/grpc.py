@@ -46,6 +46,7 @@ from opsbroker.v1 import broker_pb2_grpc as pb_grpc
 from opsbroker.v1.codec import (
     CHUNK_BYTES,
     ERROR_METADATA_KEY,
+    MAX_MESSAGE_BYTES,
     chunk_data_view,
     chunks,
     error_from_wire,
@@ -81,7 +82,6 @@ EXEC_GRACE = 10.0  # seconds beyond an exec's own timeout before the client give
 TRAILER_WAIT = 5.0  # seconds an exec call may take to finish after its exit event, then cut
 RECONNECT_ATTEMPTS = 3  # tries of a read-only call while the broker is unreachable
 RECONNECT_WAIT = 5.0  # seconds a read-only call waits for an unreachable broker to come back
-MAX_RECEIVE_MESSAGE_BYTES = 64 * 1024 * 1024  # one search match holds a whole line
 KEEPALIVE_TIME_MS = 10_000  # ping the broker during calls, so a frozen or vanished one is noticed
 KEEPALIVE_TIMEOUT_MS = 5_000  # ...and fail its calls if a ping is not answered in this time
 RECONNECT_BACKOFF_MS = (250, 1_000)  # first and longest pause between reconnect attempts
@@ -146,7 +146,7 @@ class GrpcBackend:
         self._exec_grace = exec_grace
         self._reconnect_wait = reconnect_wait
         self._options = [
-            ("grpc.max_receive_message_length", MAX_RECEIVE_MESSAGE_BYTES),
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
             ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
             ("grpc.http2.max_pings_without_data", 0),  # keep pinging through a silent exec

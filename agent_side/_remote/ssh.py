@@ -3,7 +3,7 @@
 One SSH connection carries every call. Each call runs on its own channel of the subsystem, so
 calls run concurrently and a call's cancellation is local to its channel; a channel whose call
 is over goes back to a small pool and carries the next call (one round trip per call instead of
-three). The messages are the gRPC service's, framed by ``broker._frontends._sshframe``.
+three). The messages are the gRPC service's, framed by :mod:`opsbroker.v1.sshframe`.
 
 **Cancellation:** cancelling the awaiting task (or closing a ``search`` iterator early) sends a
 ``CANCEL`` frame and waits, at most :data:`CANCEL_WAIT_S`, for the broker to end the call (for
@@ -26,6 +26,7 @@ from typing import Any, Final, Self, TypeVar
 
 import asyncssh
 from google.protobuf.message import Message as ProtoMessage
+from opsbroker import malloc
 from opsbroker.v1 import broker_pb2 as pb
 from opsbroker.v1.codec import (
     entry_from_wire,
@@ -34,12 +35,11 @@ from opsbroker.v1.codec import (
     match_from_wire,
     stat_from_wire,
 )
-
-from broker import _malloc
-from broker._frontends._sshframe import (
+from opsbroker.v1.sshframe import (
     DEFAULT_MAX_FRAME_SIZE,
     HEADER_BYTES,
     NEED_DATA,
+    SUBSYSTEM,
     Cancel,
     End,
     EndOfInput,
@@ -51,6 +51,7 @@ from broker._frontends._sshframe import (
     Role,
     State,
 )
+
 from operations import (
     AbortSignal,
     DirEntry,
@@ -70,8 +71,6 @@ from operations import (
 __all__ = ["CANCEL_WAIT_S", "MAX_IDLE_CHANNELS", "WRITE_CHUNK_BYTES", "SSHBackend", "open_ssh_url"]
 
 M = TypeVar("M", bound=ProtoMessage)
-
-SUBSYSTEM: Final = "opsbroker"
 
 CANCEL_WAIT_S: Final = 10.0
 """How long a cancelled call waits for the broker to confirm (kill grace 5 s, plus margin)."""
@@ -240,7 +239,7 @@ class SSHBackend:
             broker's host key; ``None`` disables host key checking (tests only).
         max_frame_size: the largest frame accepted from the broker.
         tune_allocator: set glibc's allocator thresholds for large transfers when connecting
-            (:func:`broker._malloc.tune_allocator`). Off by default: the setting is process-wide,
+            (:func:`opsbroker.malloc.tune_allocator`). Off by default: the setting is process-wide,
             the embedding application's to make; on, large transfers fault less here.
         options: more ``asyncssh.connect`` options.
     """
@@ -304,7 +303,7 @@ class SSHBackend:
                 raise Unavailable("connect", None, "the backend is closed")
             where = f"ssh://{self._host}:{self._port}"
             if self._tune_allocator:
-                _malloc.tune_allocator()
+                malloc.tune_allocator()
             try:
                 self._conn = await asyncssh.connect(
                     self._host,

@@ -23,13 +23,9 @@ from asyncssh.stream import SSHServerStreamSession
 from google.protobuf.message import Message as ProtoMessage
 from opsbroker.v1 import broker_pb2 as pb
 from opsbroker.v1.codec import error_to_wire, exit_from_wire
-
-from operations import Aborted, Backend, InvalidArgument, KillReason, OpsError, TooLarge
-
-from ._service import METHODS, Method, decode
-from ._sftp import BackendSFTPServer
-from ._sshframe import (
+from opsbroker.v1.sshframe import (
     NEED_DATA,
+    SUBSYSTEM,
     Cancel,
     End,
     EndOfInput,
@@ -41,6 +37,11 @@ from ._sshframe import (
     State,
 )
 
+from operations import Aborted, Backend, InvalidArgument, KillReason, OpsError, TooLarge
+
+from ._service import METHODS, Method, decode
+from ._sftp import BackendSFTPServer
+
 if TYPE_CHECKING:
     from .ssh import _BrokerServer
 
@@ -49,14 +50,10 @@ __all__ = [
     "EXIT_KILLED",
     "EXIT_TIMEOUT",
     "NO_SHELL_MESSAGE",
-    "SUBSYSTEM",
     "Channel",
 ]
 
 log = logging.getLogger("opsbroker.ssh")
-
-SUBSYSTEM: Final = "opsbroker"
-"""The SSH subsystem name that carries the framed protobuf calls."""
 
 INBOUND_HIGH_WATER: Final = 64
 """Buffered client messages (64 KiB chunks) at which a channel stops reading: backpressure."""

@@ -3,7 +3,7 @@
 One SSH connection carries any number of channels; each channel is one of:
 
 - the ``opsbroker`` subsystem: the protobuf calls of ``service Broker``, framed by
-  :mod:`._sshframe`, one call at a time per channel (a client opens more channels for more
+  :mod:`opsbroker.v1.sshframe`, one call at a time per channel (a client opens more channels for more
   concurrent calls, and reuses a channel once its call is over);
 - a command (``ssh host 'make test'``): run through the backend's ``exec`` in the root, merged
   output on stdout, the exit status returned; ``ssh host`` alone is refused with a message;
@@ -30,15 +30,16 @@ from types import TracebackType
 from typing import Any, Final, Self
 
 import asyncssh
+from opsbroker.v1.sshframe import (
+    DEFAULT_MAX_FRAME_SIZE,
+    HEADER_BYTES,
+    SUBSYSTEM,
+)
 
 from operations import Backend
 
 from ._service import Service, broker_version, capabilities_of
-from ._sshchannels import SUBSYSTEM, Channel
-from ._sshframe import (
-    DEFAULT_MAX_FRAME_SIZE,
-    HEADER_BYTES,
-)
+from ._sshchannels import Channel
 
 __all__ = [
     "SUBSYSTEM",

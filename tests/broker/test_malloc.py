@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CHURN = """
 import resource, sys
 sys.path[:0] = [{root!r}, {root!r} + "/proto"]
-from broker._malloc import tune_allocator
+from opsbroker.malloc import tune_allocator
 applied = tune_allocator() if {tune} else None
 again = tune_allocator() if {tune} else None
 

@@ -34,7 +34,7 @@ def cli_env() -> dict[str, str]:
 def opsbroker(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     """Run ``opsbroker ARGS`` and capture its output."""
     return subprocess.run(
-        [sys.executable, "-m", "broker._cli", *args],
+        [sys.executable, "-m", "opsbroker", *args],
         input=stdin,
         capture_output=True,
         text=True,
@@ -87,7 +87,7 @@ def serving(root: Path, state: Path) -> Iterator[Served]:
         [
             sys.executable,
             "-m",
-            "broker._cli",
+            "opsbroker",
             "serve",
             "--root",
             str(root),

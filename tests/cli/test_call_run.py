@@ -336,7 +336,7 @@ def test_call_over_a_unix_socket_needs_no_token(tmp_path: Path) -> None:
     (root / "hello.txt").write_text("hi there\n")
     sock = tmp_path / "b.sock"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "broker._cli", "serve", "--root", str(root), "--quiet",
+        [sys.executable, "-m", "opsbroker", "serve", "--root", str(root), "--quiet",
          "--grpc", f"unix:{sock}"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

@@ -37,7 +37,7 @@ def _broker(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str, str]
     with out_path.open("w") as out:
         proc = subprocess.Popen(
             [
-                *(sys.executable, "-m", "broker._cli", "serve", "--root", str(root), "--quiet"),
+                *(sys.executable, "-m", "opsbroker", "serve", "--root", str(root), "--quiet"),
                 *("--grpc", "127.0.0.1:0", "--token-file", str(tmp_path / "tokens")),
             ],
             stdout=out,

@@ -41,7 +41,7 @@ def _env(state: Path) -> dict[str, str]:
 def _serve(state: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """``opsbroker serve ARGS`` expected to fail before it listens."""
     return subprocess.run(
-        [sys.executable, "-m", "broker._cli", "serve", *args],
+        [sys.executable, "-m", "opsbroker", "serve", *args],
         capture_output=True,
         text=True,
         env=_env(state),
@@ -58,7 +58,7 @@ def _serving(state: Path, *args: str) -> Iterator[str]:
     out_path = state / "serve.out"
     with out_path.open("w") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "broker._cli", "serve", *args, "--quiet"],
+            [sys.executable, "-m", "opsbroker", "serve", *args, "--quiet"],
             stdout=out,
             stderr=subprocess.STDOUT,
             env=_env(state),
@@ -93,7 +93,7 @@ def _run_printed(state: Path, printed: str) -> subprocess.CompletedProcess[str]:
     argv = shlex.split(line.group(1))
     assert argv[:2] == ["opsbroker", "call"]
     return subprocess.run(
-        [sys.executable, "-m", "broker._cli", *argv[1:]],
+        [sys.executable, "-m", "opsbroker", *argv[1:]],
         capture_output=True,
         text=True,
         env=_env(state),

@@ -32,13 +32,13 @@ class ServeProcess:
 
 @asynccontextmanager
 async def serve_process(root: Path, token_file: Path, *extra: str) -> AsyncIterator[ServeProcess]:
-    """Run ``python -m broker._cli serve --root ROOT --grpc 127.0.0.1:0`` until the block ends,
+    """Run ``python -m opsbroker serve --root ROOT --grpc 127.0.0.1:0`` until the block ends,
     then SIGTERM it and wait for a clean exit."""
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'proto'}"}
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "broker._cli",
+        "opsbroker",
         "serve",
         "--root",
         str(root),

@@ -251,7 +251,7 @@ async def test_opsbroker_serve_ssh(tmp_path: Path, dirs: tuple[str, str]) -> Non
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "broker._cli",
+        "opsbroker",
         "serve",
         "--root",
         root,

@@ -13,14 +13,7 @@ import asyncssh
 import pytest
 from opsbroker.v1 import broker_pb2 as pb
 from opsbroker.v1 import codec
-
-from agent_side import connect
-from agent_side._remote import ssh as ssh_client
-from agent_side._remote.ssh import SSHBackend
-from broker import Broker
-from broker._frontends._service import Service
-from broker._frontends._sshchannels import COALESCE_BYTES, NO_SHELL_MESSAGE
-from broker._frontends._sshframe import (
+from opsbroker.v1.sshframe import (
     NEED_DATA,
     Cancel,
     End,
@@ -32,6 +25,13 @@ from broker._frontends._sshframe import (
     Role,
     State,
 )
+
+from agent_side import connect
+from agent_side._remote import ssh as ssh_client
+from agent_side._remote.ssh import SSHBackend
+from broker import Broker
+from broker._frontends._service import Service
+from broker._frontends._sshchannels import COALESCE_BYTES, NO_SHELL_MESSAGE
 from broker._frontends.ssh import CHANNEL_MAX_PACKET, READ_CHUNK_BYTES, load_or_create_host_key
 from operations import (
     AbortController,

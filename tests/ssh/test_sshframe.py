@@ -6,8 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-
-from broker._frontends._sshframe import (
+from opsbroker.v1.sshframe import (
     NEED_DATA,
     TRANSITIONS,
     Cancel,

@@ -28,6 +28,7 @@ __all__ = [
     "CHUNK_BYTES",
     "ERROR_METADATA_KEY",
     "LIST_BATCH_BYTES",
+    "MAX_MESSAGE_BYTES",
     "batches",
     "capabilities_to_wire",
     "chunk_data_view",
@@ -51,6 +52,7 @@ __all__ = [
 CHUNK_BYTES = 256 * 1024  # payload per message: 64 KiB streamed at half the rate; far below caps
 LIST_BATCH_BYTES = 256 * 1024  # names per readdir/glob batch, by size: lists never hit a cap
 ERROR_METADATA_KEY = "opsbroker-error-bin"  # gRPC trailing metadata holding an ErrorDetail
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # largest reply on any transport: a match holds a whole line
 
 T = TypeVar("T")
 

@@ -1,27 +1,28 @@
-"""``opsbroker``: the command line. Each subcommand lives in its own module.
+"""``opsbroker``: the command line, composed from the subcommands of both halves.
 
-To add a subcommand, write ``broker/_cli_<name>.py`` with ``add_parser(subparsers)`` (which
-registers the parser and sets ``handler=run``) and add its module name to :data:`SUBCOMMANDS`.
+The broker's subcommands (``serve``, ``audit``) and the agent side's (``call``, ``run``) each live
+in their own module. They meet here, above both packages, so ``broker`` imports nothing from
+``agent_side``. To add a subcommand, write a module with ``add_parser(subparsers)`` (which
+registers the parser and sets ``handler=run``), import it below and add it to
+:data:`SUBCOMMANDS`.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 from collections.abc import Sequence
+from types import ModuleType
 from typing import NoReturn
+
+from agent_side import _cli_call, _cli_run
+from broker import _cli_audit, _cli_serve
 
 __all__ = ["SUBCOMMANDS", "OneLineParser", "main"]
 
 EXIT_USAGE = 2  # argparse's status for a usage error, kept
 
-SUBCOMMANDS = [
-    "broker._cli_serve",
-    "broker._cli_audit",
-    "agent_side._cli_call",
-    "agent_side._cli_run",
-]
+SUBCOMMANDS: tuple[ModuleType, ...] = (_cli_serve, _cli_audit, _cli_call, _cli_run)
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -43,8 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(
         dest="command", required=True, metavar="COMMAND", parser_class=OneLineParser
     )
-    for name in SUBCOMMANDS:
-        importlib.import_module(name).add_parser(subparsers)
+    for module in SUBCOMMANDS:
+        module.add_parser(subparsers)
     for subparser in subparsers.choices.values():
         subparser.set_defaults(subcommand_parser=subparser)
     return parser
@@ -66,7 +67,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"opsbroker {args.command}: {message}", file=sys.stderr, flush=True)
         return 1
     return status
-
-
-if __name__ == "__main__":
-    sys.exit(main())

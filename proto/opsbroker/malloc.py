@@ -1,4 +1,4 @@
-"""glibc allocator settings for a process that streams large buffers: the broker.
+"""glibc allocator settings for a process that streams large buffers: either end of the wire.
 
 A file streamed to a client passes through many short-lived buffers of 256 KiB and more (the
 piece read, its protobuf message, its frame, and asyncssh's copies of each SSH packet: about ten
@@ -8,6 +8,9 @@ free top is given back to the system as soon as it exceeds twice that threshold.
 buffer lands on pages the kernel must fault in and zero again: a 64 MiB read over SSH cost
 140,000 page faults and more system time than work (71 MB/s). With the settings below the heap
 keeps those pages and hands them out again: no faults, 2.5x the throughput.
+
+Both ends move the same buffers, so this lives in the wire package: ``opsbroker serve`` tunes the
+broker, and the SSH backend tunes a client that asks for it (``tune_allocator=True``).
 
 Only glibc is tuned; with another C library (musl) nothing changes. An operator who set
 ``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_`` or ``GLIBC_TUNABLES`` keeps their choice.

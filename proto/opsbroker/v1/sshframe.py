@@ -38,10 +38,13 @@ import struct
 from dataclasses import dataclass
 from typing import ClassVar, Final
 
+from .codec import MAX_MESSAGE_BYTES
+
 __all__ = [
     "DEFAULT_MAX_FRAME_SIZE",
     "HEADER_BYTES",
     "NEED_DATA",
+    "SUBSYSTEM",
     "TRANSITIONS",
     "Cancel",
     "End",
@@ -57,9 +60,12 @@ __all__ = [
     "State",
 ]
 
-DEFAULT_MAX_FRAME_SIZE: Final = 64 * 1024 * 1024 + 1024
-"""Largest ``length`` accepted or sent: a 64 MiB message plus headroom (a search match carries a
-whole line, however long; the gRPC transport allows replies of the same size)."""
+SUBSYSTEM: Final = "opsbroker"
+"""The SSH subsystem name a client requests and the broker serves."""
+
+DEFAULT_MAX_FRAME_SIZE: Final = MAX_MESSAGE_BYTES + 1024
+"""Largest ``length`` accepted or sent: the largest message (the gRPC transport's limit too: a
+search match carries a whole line, however long) plus headroom."""
 
 MAX_METHOD_LENGTH: Final = 64
 """Longest method name: names are short identifiers, a longer one is a corrupt frame."""

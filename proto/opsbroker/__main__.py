@@ -1,0 +1,7 @@
+"""``python -m opsbroker``: the ``opsbroker`` command line (:mod:`opsbroker.cli`)."""
+
+import sys
+
+from opsbroker.cli import main
+
+sys.exit(main())
