@@ -44,7 +44,6 @@ import contextlib
 import fcntl
 import inspect
 import logging
-import math
 import os
 import signal as _signal
 import uuid
@@ -62,6 +61,7 @@ from operations import (
     OpsError,
     PermissionDenied,
     Unavailable,
+    check_timeout,
 )
 
 from ._landlock import Ruleset, Sandbox
@@ -94,9 +94,6 @@ PIPE_SIZE = 1024 * 1024
 """Kernel pipe buffer for the output pipe: fewer wake-ups for fast producers (Linux, best effort)."""
 
 _F_SETPIPE_SZ = 1031
-
-MAX_TIMEOUT_S = 2147483.647
-"""Largest timeout accepted (the reference's limit: 2**31-1 milliseconds)."""
 
 EMPTY_TREE_LIMIT_S = 10.0
 """After SIGKILL, how long to keep killing before reporting a tree that will not die (D state)."""
@@ -218,15 +215,6 @@ def _spawn_error(e: BaseException, argv: Sequence[str], cwd: str) -> BaseExcepti
         if isinstance(e, PermissionError):
             return PermissionDenied("exec", cwd, reason)
     return Unavailable("exec", cwd, f"could not start the command ({step or 'spawn'}): {reason}")
-
-
-def _check_timeout(timeout: float | None) -> None:
-    if timeout is None:
-        return
-    if not isinstance(timeout, int | float) or not math.isfinite(timeout) or timeout <= 0:
-        raise InvalidArgument("exec", None, "Invalid timeout: must be a finite number of seconds")
-    if timeout > MAX_TIMEOUT_S:
-        raise InvalidArgument("exec", None, f"Invalid timeout: maximum is {MAX_TIMEOUT_S} seconds")
 
 
 async def _readable(fd: int) -> None:
@@ -382,7 +370,7 @@ class ProcessManager:
             raise Unavailable("exec", None, "Cannot run a command: the process manager is closed.")
         if not argv:
             raise InvalidArgument("exec", None, "empty argv")
-        _check_timeout(timeout)
+        check_timeout(timeout)
         if signal is not None and signal.aborted:
             return ExecResult(None, KillReason.ABORTED)
         loop = asyncio.get_running_loop()

@@ -68,6 +68,8 @@ from ._protocols import WriteOperations as WriteOperations
 from ._runner import CommandContext as CommandContext
 from ._runner import CommandRunner as CommandRunner
 from ._shell_exec import ShellExec as ShellExec
+from ._timeout import MAX_TIMEOUT_S as MAX_TIMEOUT_S
+from ._timeout import check_timeout as check_timeout
 from ._types import DirEntry as DirEntry
 from ._types import ExecResult as ExecResult
 from ._types import FileKind as FileKind
@@ -78,6 +80,7 @@ from ._types import SearchMatch as SearchMatch
 
 __all__ = [
     "ERROR_TYPES",
+    "MAX_TIMEOUT_S",
     "AbortController",
     "AbortSignal",
     "Aborted",
@@ -139,6 +142,7 @@ __all__ = [
     "WriteOperations",
     "abort_scope",
     "build_command_env",
+    "check_timeout",
     "error_from_code",
     "glob_matches",
     "load_policy",

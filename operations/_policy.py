@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ._errors import InvalidArgument, PolicyDenied
 from ._glob import GlobMatcher, compile_glob, translate_glob
+from ._timeout import check_timeout
 
 __all__ = [
     "AuditPolicy",
@@ -425,8 +426,10 @@ class PolicyEnforcer:
         """Check a command request and return the timeout to enforce, in seconds.
 
         Raises:
+            InvalidArgument: the timeout is not a valid timeout (:func:`~operations.check_timeout`:
+                zero, negative, not finite).
             PolicyDenied: ``exec.enabled`` is false, ``shell`` is not in ``exec.shells``, the
-                timeout is above ``exec.max_timeout`` or not positive, or ``cwd`` is denied.
+                timeout is above ``exec.max_timeout``, or ``cwd`` is denied.
         """
         spec = self.policy.exec
         where = cwd
@@ -435,6 +438,7 @@ class PolicyEnforcer:
             raise PolicyDenied(op, cwd, rule="exec.enabled: false")
         if shell not in spec.shells:
             raise PolicyDenied(op, cwd, rule=f"exec.shells: {shell} not in {list(spec.shells)}")
+        timeout = check_timeout(timeout, op, cwd)
         if timeout is None:
             timeout = spec.default_timeout
         elif timeout > spec.max_timeout:
@@ -444,10 +448,6 @@ class PolicyEnforcer:
                 f"timeout {timeout:g} s is above the policy maximum (exec.max_timeout: "
                 f"{spec.max_timeout:g}); ask for at most {spec.max_timeout:g} s",
                 rule=f"exec.max_timeout: {spec.max_timeout:g}",
-            )
-        elif timeout <= 0:
-            raise PolicyDenied(
-                op, cwd, f"timeout must be positive, got {timeout:g}", rule="exec.timeout > 0"
             )
         self.check_read(op, where, shown=cwd)
         return timeout
