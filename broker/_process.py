@@ -139,7 +139,6 @@ class _Run:
     kill_event: asyncio.Event = field(default_factory=asyncio.Event)
     finished: asyncio.Event = field(default_factory=asyncio.Event)
     last_activity: float = 0.0
-    total: int = 0
 
     @property
     def pid(self) -> int:
@@ -255,8 +254,6 @@ class ProcessManager:
     Args:
         kill_grace: seconds between SIGTERM and SIGKILL.
         idle_grace: after the shell exits, seconds of output silence before the call returns.
-        max_output_bytes: output beyond this kills the tree (``KillReason.OUTPUT_LIMIT``); the
-            bytes up to the limit are delivered.
         use_cgroups: ``True`` requires a cgroup v2 tree with ``cgroup.kill``, ``False`` forces the
             fallback (process groups, subreaper, ``/proc`` sweep), ``None`` detects.
         pids_max: per-command ``pids.max`` (bounds fork bombs); needs cgroups, else ignored
@@ -279,7 +276,6 @@ class ProcessManager:
         *,
         kill_grace: float = KILL_GRACE_S,
         idle_grace: float = IDLE_GRACE_S,
-        max_output_bytes: int | None = None,
         use_cgroups: bool | None = None,
         pids_max: int | None = None,
         memory_max: int | None = None,
@@ -293,7 +289,6 @@ class ProcessManager:
             raise ValueError(f"grace periods must be non-negative, got {kill_grace}, {idle_grace}")
         self._kill_grace = kill_grace
         self._idle_grace = idle_grace
-        self._max_output = max_output_bytes
         self._runs: set[_Run] = set()
         self._null_fd = -1
         self._closing = False
@@ -347,7 +342,8 @@ class ProcessManager:
                 given, ``cwd`` only names it in errors.
             cwd: the working directory (used as a path only when ``cwd_fd`` is ``None``).
             on_data: receives output bytes as they arrive; an awaitable result is awaited.
-            signal: aborting it kills the tree; the result says ``KillReason.ABORTED``.
+            signal: aborting it kills the tree; the result says why (``signal.kill_reason``:
+                the :class:`~operations.KillReason` given to ``abort``, else ``ABORTED``).
             timeout: seconds; when they pass the tree is killed (``KillReason.TIMEOUT``).
             env: the command's whole environment (the caller builds it from policy); ``None``
                 means :data:`MINIMAL_ENV`. ``OPSBROKER_EXEC_ID`` is always added.
@@ -372,7 +368,7 @@ class ProcessManager:
             raise InvalidArgument("exec", None, "empty argv")
         check_timeout(timeout)
         if signal is not None and signal.aborted:
-            return ExecResult(None, KillReason.ABORTED)
+            return ExecResult(None, signal.kill_reason)
         loop = asyncio.get_running_loop()
         run = await self._spawn(argv, cwd_fd, cwd, env)
         run.last_activity = loop.time()
@@ -383,7 +379,7 @@ class ProcessManager:
             if signal is not None:
 
                 def on_abort() -> None:
-                    loop.call_soon_threadsafe(run.request_kill, KillReason.ABORTED)
+                    loop.call_soon_threadsafe(run.request_kill, signal.kill_reason)
 
                 remove_listener = signal.add_listener(on_abort)
             if timeout is not None:
@@ -539,9 +535,13 @@ class ProcessManager:
             killed.cancel()
 
     async def _pump(self, run: _Run, on_data: OnData) -> None:
-        """Read the pipe in bounded chunks and deliver them, until EOF or the output limit."""
+        """Read the pipe in bounded chunks and deliver them, until EOF.
+
+        The output limit is the policy's (``exec.max_output_bytes``, enforced by
+        :class:`~operations.GuardedBackend` for every backend): ``on_data`` aborts the signal with
+        ``KillReason.OUTPUT_LIMIT`` and drops what comes after.
+        """
         loop = asyncio.get_running_loop()
-        limit = self._max_output
         while True:
             try:
                 data = os.read(run.read_fd, READ_CHUNK)
@@ -553,19 +553,12 @@ class ProcessManager:
             if not data:
                 return
             run.last_activity = loop.time()
-            if limit is not None and run.total + len(data) > limit:
-                data = data[: limit - run.total]
-                run.request_kill(KillReason.OUTPUT_LIMIT)
-            run.total += len(data)
-            if data:
-                result = on_data(data)
-                if inspect.isawaitable(result):
-                    await result
-                else:
-                    await asyncio.sleep(0)  # a producer that never blocks must not starve the loop
-                run.last_activity = loop.time()
-            if run.kill_reason is KillReason.OUTPUT_LIMIT:
-                return
+            result = on_data(data)
+            if inspect.isawaitable(result):
+                await result
+            else:
+                await asyncio.sleep(0)  # a producer that never blocks must not starve the loop
+            run.last_activity = loop.time()
 
     async def _wait_exit(self, run: _Run) -> None:
         """Wait for the leader to exit and reap it (through its pidfd where there is one)."""
