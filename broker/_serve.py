@@ -239,7 +239,12 @@ class BrokerServer:
             if self._backend is None:
                 # The core is imported only when needed: front-ends never depend on it otherwise.
                 core = importlib.import_module("broker._core")
-                self._backend = core.Broker(str(config.root), sandbox=sandbox)
+                policy = self.enforcement.policy if self.enforcement is not None else None
+                self._backend = core.Broker(
+                    str(config.root),
+                    sandbox=sandbox,
+                    exec_policy=policy.exec if policy is not None else None,
+                )
             elif sandbox is not None and hasattr(self._backend, "use_sandbox"):
                 # A core handed in runs its commands in the policy's sandbox too (never bare).
                 self._backend.use_sandbox(sandbox)

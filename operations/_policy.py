@@ -149,7 +149,8 @@ class _Section(BaseModel):
 
 
 class ExecPolicy(_Section):
-    """Shell commands: whether they run at all, through which shells, for how long, how loud."""
+    """Shell commands: whether they run at all, through which shells, for how long, how loud, and
+    within which process and memory limits (the process manager's, built from this table)."""
 
     enabled: bool = Field(default=True, description="Run shell commands at all.")
     shells: list[Literal["bash", "powershell"]] = Field(
@@ -169,6 +170,28 @@ class ExecPolicy(_Section):
     background_ttl: Annotated[float, Field(gt=0)] = Field(
         default=3600.0,
         description="Seconds a detached background process may live before it is killed.",
+    )
+    pids_max: Annotated[int, Field(gt=0)] = Field(
+        default=4096,
+        description=(
+            "Processes and threads a command's tree may hold at once (its cgroup's pids.max): "
+            "bounds a fork bomb, leaves room for parallel builds. Needs writable cgroups."
+        ),
+    )
+    memory_max: Annotated[int, Field(gt=0)] | None = Field(
+        default=None,
+        description=(
+            "Bytes of memory a command's tree may use before the kernel kills it (its cgroup's "
+            "memory limit); none by default, as a build's peak is too varied to guess. Needs "
+            "writable cgroups."
+        ),
+    )
+    kill_grace: Annotated[float, Field(ge=0, le=60)] = Field(
+        default=1.0,
+        description=(
+            "Seconds between SIGTERM and SIGKILL when a command's tree is killed: time for a "
+            "tool to clean up, short enough for the call to return promptly."
+        ),
     )
 
     @model_validator(mode="after")
