@@ -4,9 +4,10 @@ General layout: the core modules (``_resolver`` for confinement over ``_openat2`
 and ``_rg`` for glob and search, then processes, policy, audit) import only ``operations``;
 ``_core`` composes them into :class:`Broker`, one object that implements every ``operations``
 protocol; ``_guard.Enforcement`` (the ``operations`` policy, ``_audit``, ``_landlock``) wraps the
-core once per connection, so every front-end meets the same policy and audit; front-ends
-(``_frontends/grpc.py``, ``_frontends/ssh.py``) are thin translations to and from the wire and
-import the core, never the reverse; ``_serve`` runs front-ends over a backend; ``_cli_serve`` and
+core once per connection, so every front-end meets the same policy and audit; the one service
+table (``_frontends/_service.py``) holds every handler, and the front-ends
+(``_frontends/grpc.py``, ``_frontends/ssh.py`` with ``_sshchannels``) translate their wire into it
+and import the core, never the reverse; ``_serve`` runs front-ends over a backend; ``_cli_serve`` and
 ``_cli_audit`` are subcommands. The wire (generated code, codec, SSH framing) is the ``opsbroker``
 package the clients import too, and the ``opsbroker`` command line is composed there
 (``opsbroker.cli``), so nothing here imports ``agent_side``.

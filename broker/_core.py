@@ -22,6 +22,7 @@ from typing import Any, Literal, Self, TypeVar
 from operations import (
     AbortSignal,
     DirEntry,
+    ExecPolicy,
     ExecResult,
     FileKind,
     FileStat,
@@ -44,7 +45,7 @@ from operations import (
 from . import _rg, _shell, _treewalk
 from ._dirfd import AtomicFile, errno_error
 from ._landlock import Ruleset
-from ._process import MINIMAL_ENV
+from ._process import MINIMAL_ENV, ProcessManager
 from ._resolver import Root
 
 __all__ = ["DEFAULT_MAX_READ_BYTES", "Broker"]
@@ -197,6 +198,8 @@ class Broker:
         sandbox: the Landlock sandbox every command (bash and PowerShell) runs in, usually
             ``Sandbox.for_policy(policy, root)`` (``broker._landlock``); ``None`` runs commands
             without one. The caller keeps ownership and closes it after :meth:`aclose`.
+        exec_policy: the policy's ``[exec]`` table, for the limits every command runs under
+            (``pids_max``, ``memory_max``, ``kill_grace``); ``None`` uses its defaults.
     """
 
     def __init__(
@@ -208,13 +211,15 @@ class Broker:
         fsync: bool = False,
         search_engine: str = "auto",
         sandbox: Ruleset | None = None,
+        exec_policy: ExecPolicy | None = None,
     ) -> None:
         self._root = Root(root, strategy=resolver)
+        self._exec_policy = exec_policy if exec_policy is not None else ExecPolicy()
         self._sandbox = sandbox
         self._max_read = max_read_bytes
         self._fsync = fsync
         self._use_rg = _rg.usable() if search_engine == "auto" else search_engine == "rg"
-        self._processes: Any = None
+        self._processes: ProcessManager | None = None
         self._threads: set[asyncio.Future[Any]] = set()
         self._closed = False
 
@@ -599,13 +604,15 @@ class Broker:
         finally:
             os.close(cwd_fd)
 
-    def _process_manager(self, op: str) -> Any:
+    def _process_manager(self, op: str) -> ProcessManager:
         if self._closed:
             raise Unavailable(op, None, "the broker is closed")
         if self._processes is None:
-            try:
-                from . import _process as module
-            except ImportError:
-                raise Unavailable(op, None, "this broker build cannot run commands") from None
-            self._processes = module.ProcessManager(sandbox=self._sandbox)
+            spec = self._exec_policy
+            self._processes = ProcessManager(
+                sandbox=self._sandbox,
+                pids_max=spec.pids_max,
+                memory_max=spec.memory_max,
+                kill_grace=spec.kill_grace,
+            )
         return self._processes

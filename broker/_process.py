@@ -5,14 +5,15 @@ stderr merged into one pipe that is read in bounded chunks and handed to ``on_da
 (awaiting it when it returns an awaitable, so a slow consumer slows the command instead of growing
 the broker's memory).
 
-The tree is tracked so that ``setsid`` and double forks cannot escape:
+The tree is tracked so that ``setsid`` and double forks cannot escape, by one of two trackers
+behind one interface (:mod:`broker._tracker`), chosen once per manager:
 
-- **cgroup mode** (a writable cgroup v2 tree with ``cgroup.kill``): each command gets its own
-  cgroup, entered by the child itself between fork and exec; the tree is empty when
-  ``cgroup.events`` says ``populated 0``. ``pids.max`` and memory limits apply here.
-- **fallback**: the broker becomes the child subreaper, each command carries an environment cookie
-  (``OPSBROKER_EXEC_ID``), and a ``/proc`` sweep finds the command's session, the cookie holders
-  and their descendants (:mod:`broker._proctree`).
+- **cgroup mode** (a writable cgroup v2 tree with ``cgroup.kill``, :mod:`broker._tracker_cgroup`):
+  each command gets its own cgroup, entered by the child itself between fork and exec; the tree
+  is empty when ``cgroup.events`` says ``populated 0``. ``pids.max`` and memory limits apply here.
+- **fallback** (:mod:`broker._tracker_proc`): the broker becomes the child subreaper, each command
+  carries an environment cookie (``OPSBROKER_EXEC_ID``), and a ``/proc`` sweep finds the command's
+  session, the cookie holders and their descendants (:mod:`broker._proctree`).
 
 Where the kernel has Landlock signal scoping (Linux 6.12) the command cannot signal anything
 outside its own tree, so ``kill $PPID`` fails; the new session already keeps ``kill 0``, ``kill
@@ -43,13 +44,9 @@ import contextlib
 import fcntl
 import inspect
 import logging
-import math
 import os
-import secrets
 import signal as _signal
-import time
 import uuid
-import weakref
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -64,26 +61,15 @@ from operations import (
     OpsError,
     PermissionDenied,
     Unavailable,
+    check_timeout,
 )
 
-from ._cgroup import CgroupTree, CommandCgroup
 from ._landlock import Ruleset, Sandbox
-from ._proctree import (
-    COOKIE_VAR,
-    PIDFD_SIGNAL_PROCESS_GROUP,
-    ProcStat,
-    has_pidfd,
-    is_child_subreaper,
-    kill_commands,
-    own_children,
-    owner_id,
-    pidfd_signal,
-    read_cookie,
-    read_stat,
-    set_child_subreaper,
-    stats_since,
-)
+from ._proctree import COOKIE_VAR, has_pidfd
 from ._signal_scope import signal_scope
+from ._tracker import POLL_FIRST_S, Tracker, Tree
+from ._tracker_cgroup import CgroupTracker
+from ._tracker_proc import ProcTracker
 
 try:
     from . import _spawn as _native
@@ -109,21 +95,12 @@ PIPE_SIZE = 1024 * 1024
 
 _F_SETPIPE_SZ = 1031
 
-MAX_TIMEOUT_S = 2147483.647
-"""Largest timeout accepted (the reference's limit: 2**31-1 milliseconds)."""
-
 EMPTY_TREE_LIMIT_S = 10.0
 """After SIGKILL, how long to keep killing before reporting a tree that will not die (D state)."""
 
-REAP_SETTLE_S = 0.2
-"""How long a killed member may take to become the broker's zombie (exit is not atomic)."""
-
-STALE_ZOMBIE_S = 5.0
-"""A zombie child unreaped this long was adopted, not spawned (asyncio reaps within ms)."""
-
-POLL_FIRST_S = 0.0005
 POLL_MAX_S = 0.02
-"""Tree-empty polling: start fast (a killed tree usually empties in a millisecond), back off."""
+"""Tree-empty polling: start fast (``POLL_FIRST_S``: a killed tree usually empties in a
+millisecond), back off to this."""
 
 MINIMAL_ENV: Mapping[str, str] = {
     "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -152,22 +129,16 @@ class ProcessCapabilities:
 
 @dataclass(eq=False)
 class _Run:
-    """One running command: its leader, pipe, tracking and why (if) it is being killed."""
+    """One running command: its leader, pipe, tree and why (if) it is being killed."""
 
     leader: _Leader
     read_fd: int
     pidfd: int | None
-    cookie: str
-    leader_start: int
-    cgroup: CommandCgroup | None
+    tree: Tree
     kill_reason: KillReason | None = None
     kill_event: asyncio.Event = field(default_factory=asyncio.Event)
     finished: asyncio.Event = field(default_factory=asyncio.Event)
     last_activity: float = 0.0
-    total: int = 0
-    adopted: dict[int, int] = field(default_factory=dict)
-    known: dict[int, int] = field(default_factory=dict)
-    leader_gone: bool = False
 
     @property
     def pid(self) -> int:
@@ -245,15 +216,6 @@ def _spawn_error(e: BaseException, argv: Sequence[str], cwd: str) -> BaseExcepti
     return Unavailable("exec", cwd, f"could not start the command ({step or 'spawn'}): {reason}")
 
 
-def _check_timeout(timeout: float | None) -> None:
-    if timeout is None:
-        return
-    if not isinstance(timeout, int | float) or not math.isfinite(timeout) or timeout <= 0:
-        raise InvalidArgument("exec", None, "Invalid timeout: must be a finite number of seconds")
-    if timeout > MAX_TIMEOUT_S:
-        raise InvalidArgument("exec", None, f"Invalid timeout: maximum is {MAX_TIMEOUT_S} seconds")
-
-
 async def _readable(fd: int) -> None:
     loop = asyncio.get_running_loop()
     fut: asyncio.Future[None] = loop.create_future()
@@ -292,8 +254,6 @@ class ProcessManager:
     Args:
         kill_grace: seconds between SIGTERM and SIGKILL.
         idle_grace: after the shell exits, seconds of output silence before the call returns.
-        max_output_bytes: output beyond this kills the tree (``KillReason.OUTPUT_LIMIT``); the
-            bytes up to the limit are delivered.
         use_cgroups: ``True`` requires a cgroup v2 tree with ``cgroup.kill``, ``False`` forces the
             fallback (process groups, subreaper, ``/proc`` sweep), ``None`` detects.
         pids_max: per-command ``pids.max`` (bounds fork bombs); needs cgroups, else ignored
@@ -316,7 +276,6 @@ class ProcessManager:
         *,
         kill_grace: float = KILL_GRACE_S,
         idle_grace: float = IDLE_GRACE_S,
-        max_output_bytes: int | None = None,
         use_cgroups: bool | None = None,
         pids_max: int | None = None,
         memory_max: int | None = None,
@@ -330,33 +289,18 @@ class ProcessManager:
             raise ValueError(f"grace periods must be non-negative, got {kill_grace}, {idle_grace}")
         self._kill_grace = kill_grace
         self._idle_grace = idle_grace
-        self._max_output = max_output_bytes
-        self._pids_max = pids_max
-        self._memory_max = memory_max
         self._runs: set[_Run] = set()
         self._null_fd = -1
-        self._stale_zombies: dict[tuple[int, int], float] = {}
         self._closing = False
         self._pidfd = has_pidfd()
-        self._cgroups: CgroupTree | None = None
+        tracker: Tracker | None = None
         if use_cgroups is not False:
-            self._cgroups = CgroupTree.create()
-            if self._cgroups is None and use_cgroups:
+            tracker = CgroupTracker.create(pids_max=pids_max, memory_max=memory_max)
+            if tracker is None and use_cgroups:
                 raise Unavailable(
                     "exec", None, "no writable cgroup v2 tree with cgroup.kill on this host"
                 )
-        self._subreaper = self._cgroups is None and _Subreaper.acquire()
-        # Cookies name this manager: without cgroups, they are how commands left behind by a
-        # broker that was killed are found by the next manager, and ours at exit if never closed.
-        self._cookie_prefix = f"{owner_id()}-{secrets.token_hex(4)}."
-        self._leftovers: weakref.finalize[Any, ProcessManager] | None = None
-        if self._cgroups is None:
-            killed = kill_commands()
-            if killed:
-                log.info("killed %d processes left by brokers that are gone", killed)
-            self._leftovers = weakref.finalize(
-                self, _kill_leftovers, os.getpid(), self._cookie_prefix
-            )
+        self._tracker: Tracker = tracker if tracker is not None else ProcTracker()
         self._sandbox = sandbox
         self._sandbox_env = sandbox.env() if isinstance(sandbox, Sandbox) else {}
         self._own_scope: Ruleset | None = None
@@ -371,12 +315,12 @@ class ProcessManager:
     def capabilities(self) -> ProcessCapabilities:
         """What this manager uses on this host (cgroup kill, pidfds, subreaper, signal scope)."""
         return ProcessCapabilities(
-            cgroup_kill=self._cgroups is not None,
+            cgroup_kill=self._tracker.cgroup_kill,
             pidfd=self._pidfd,
-            subreaper=self._subreaper,
+            subreaper=self._tracker.subreaper,
             signal_scope=self._scope is not None and self._scope.signal_scoping,
             sandbox=self._sandbox is not None,
-            limits=frozenset(self._cgroups.limits if self._cgroups is not None else ()),
+            limits=self._tracker.limits,
         )
 
     async def exec(
@@ -398,7 +342,8 @@ class ProcessManager:
                 given, ``cwd`` only names it in errors.
             cwd: the working directory (used as a path only when ``cwd_fd`` is ``None``).
             on_data: receives output bytes as they arrive; an awaitable result is awaited.
-            signal: aborting it kills the tree; the result says ``KillReason.ABORTED``.
+            signal: aborting it kills the tree; the result says why (``signal.kill_reason``:
+                the :class:`~operations.KillReason` given to ``abort``, else ``ABORTED``).
             timeout: seconds; when they pass the tree is killed (``KillReason.TIMEOUT``).
             env: the command's whole environment (the caller builds it from policy); ``None``
                 means :data:`MINIMAL_ENV`. ``OPSBROKER_EXEC_ID`` is always added.
@@ -421,9 +366,9 @@ class ProcessManager:
             raise Unavailable("exec", None, "Cannot run a command: the process manager is closed.")
         if not argv:
             raise InvalidArgument("exec", None, "empty argv")
-        _check_timeout(timeout)
+        check_timeout(timeout)
         if signal is not None and signal.aborted:
-            return ExecResult(None, KillReason.ABORTED)
+            return ExecResult(None, signal.kill_reason)
         loop = asyncio.get_running_loop()
         run = await self._spawn(argv, cwd_fd, cwd, env)
         run.last_activity = loop.time()
@@ -434,7 +379,7 @@ class ProcessManager:
             if signal is not None:
 
                 def on_abort() -> None:
-                    loop.call_soon_threadsafe(run.request_kill, KillReason.ABORTED)
+                    loop.call_soon_threadsafe(run.request_kill, signal.kill_reason)
 
                 remove_listener = signal.add_listener(on_abort)
             if timeout is not None:
@@ -463,18 +408,10 @@ class ProcessManager:
         self._close_resources()
 
     def _close_resources(self) -> None:
-        if self._leftovers is not None:
-            self._leftovers.detach()  # every command has ended
-            self._leftovers = None
         if self._null_fd >= 0:
             os.close(self._null_fd)
             self._null_fd = -1
-        if self._subreaper:
-            self._subreaper = False
-            _Subreaper.release()
-        if self._cgroups is not None:
-            self._cgroups.remove()
-            self._cgroups = None
+        self._tracker.close()
         if self._own_scope is not None:
             self._own_scope.close()
             self._own_scope = None
@@ -485,7 +422,7 @@ class ProcessManager:
     async def _spawn(
         self, argv: Sequence[str], cwd_fd: int | None, cwd: str, env: Mapping[str, str] | None
     ) -> _Run:
-        """Start the command, tracked (cgroup) and scoped before any of its own code runs.
+        """Start the command, tracked (its tree) and scoped before any of its own code runs.
 
         :mod:`broker._spawn` creates the child inside the command's cgroup v2 group (clone3
         with CLONE_INTO_CGROUP, else vfork and a write to ``cgroup.procs``) and, in the child,
@@ -495,7 +432,7 @@ class ProcessManager:
         """
         if _native is None:
             raise Unavailable("exec", None, NATIVE_MISSING)
-        cookie = self._cookie_prefix + uuid.uuid4().hex
+        cookie = self._tracker.cookie_prefix + uuid.uuid4().hex
         child_env = dict(MINIMAL_ENV if env is None else env)
         child_env.update(self._sandbox_env)  # the only temp dir a sandboxed command can write
         child_env[COOKIE_VAR] = cookie
@@ -504,26 +441,15 @@ class ProcessManager:
         with contextlib.suppress(OSError):
             fcntl.fcntl(read_fd, _F_SETPIPE_SZ, PIPE_SIZE)
         opened: list[int] = []
-        cgroup = None
+        tree: Tree | None = None
         try:
             ruleset_fd, no_new_privs = self._scope.entry() if self._scope else (-1, False)
             if cwd_fd is None:
                 cwd_fd = os.open(cwd, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
                 opened.append(cwd_fd)
-            procs, group_fd = [], -1
-            if self._cgroups is not None:
-                cgroup = self._cgroups.new_command(
-                    pids_max=self._pids_max, memory_max=self._memory_max
-                )
-                # The v2 group as a directory: the child is created in it (clone3 takes O_PATH);
-                # v1 limit groups are joined by a write to their cgroup.procs in the child.
-                group_fd = os.open(cgroup.path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-                opened.append(group_fd)
-                for group in cgroup.limit_paths:
-                    procs.append(
-                        os.open(os.path.join(group, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC)
-                    )
-                    opened.append(procs[-1])
+            tree = self._tracker.new_tree(cookie)
+            group_fd, procs = tree.spawn_fds()
+            opened += [group_fd, *procs] if group_fd >= 0 else procs
             pid = _native.spawn(
                 _executables(argv[0], child_env),
                 [os.fsencode(arg) for arg in argv],
@@ -538,8 +464,8 @@ class ProcessManager:
             )
         except BaseException as e:
             os.close(read_fd)
-            if cgroup is not None:
-                cgroup.remove()
+            if tree is not None:
+                tree.discard()
             raise _spawn_error(e, argv, cwd) from e
         finally:
             os.close(write_fd)
@@ -550,15 +476,8 @@ class ProcessManager:
         if self._pidfd:
             with contextlib.suppress(OSError):
                 pidfd = os.pidfd_open(pid)
-        st = read_stat(pid)
-        return _Run(
-            leader=_Leader(pid),
-            read_fd=read_fd,
-            pidfd=pidfd,
-            cookie=cookie,
-            leader_start=st.starttime if st is not None else 0,
-            cgroup=cgroup,
-        )
+        tree.started(pid, pidfd)
+        return _Run(leader=_Leader(pid), read_fd=read_fd, pidfd=pidfd, tree=tree)
 
     def _devnull(self) -> int:
         if self._null_fd < 0:
@@ -616,9 +535,13 @@ class ProcessManager:
             killed.cancel()
 
     async def _pump(self, run: _Run, on_data: OnData) -> None:
-        """Read the pipe in bounded chunks and deliver them, until EOF or the output limit."""
+        """Read the pipe in bounded chunks and deliver them, until EOF.
+
+        The output limit is the policy's (``exec.max_output_bytes``, enforced by
+        :class:`~operations.GuardedBackend` for every backend): ``on_data`` aborts the signal with
+        ``KillReason.OUTPUT_LIMIT`` and drops what comes after.
+        """
         loop = asyncio.get_running_loop()
-        limit = self._max_output
         while True:
             try:
                 data = os.read(run.read_fd, READ_CHUNK)
@@ -630,19 +553,12 @@ class ProcessManager:
             if not data:
                 return
             run.last_activity = loop.time()
-            if limit is not None and run.total + len(data) > limit:
-                data = data[: limit - run.total]
-                run.request_kill(KillReason.OUTPUT_LIMIT)
-            run.total += len(data)
-            if data:
-                result = on_data(data)
-                if inspect.isawaitable(result):
-                    await result
-                else:
-                    await asyncio.sleep(0)  # a producer that never blocks must not starve the loop
-                run.last_activity = loop.time()
-            if run.kill_reason is KillReason.OUTPUT_LIMIT:
-                return
+            result = on_data(data)
+            if inspect.isawaitable(result):
+                await result
+            else:
+                await asyncio.sleep(0)  # a producer that never blocks must not starve the loop
+            run.last_activity = loop.time()
 
     async def _wait_exit(self, run: _Run) -> None:
         """Wait for the leader to exit and reap it (through its pidfd where there is one)."""
@@ -651,14 +567,14 @@ class ProcessManager:
             run.leader.wait()
         else:
             await asyncio.get_running_loop().run_in_executor(None, run.leader.wait)
-        run.leader_gone = True
+        run.tree.leader_exited()
 
     async def _finish(
         self, run: _Run, pump: asyncio.Task[None], exited: asyncio.Task[None]
     ) -> None:
         """Kill what is left of the tree, stop reading, reap, and release the command's fds."""
         try:
-            if run.kill_reason is not None or self._tree_alive(run):
+            if run.kill_reason is not None or run.tree.alive():
                 await self._kill_tree(run)
             pump.cancel()
             with contextlib.suppress(BaseException):
@@ -668,269 +584,42 @@ class ProcessManager:
             os.close(run.read_fd)
             if run.pidfd is not None:
                 os.close(run.pidfd)
-            if run.adopted:
-                await self._reap_adopted(run)
-            if self._stale_zombies:
-                self._reap_stale_zombies()
-            if run.cgroup is not None:
-                try:
-                    run.cgroup.remove()
-                except OSError as e:
-                    log.warning("exec: could not remove cgroup %s: %s", run.cgroup.path, e)
+            await run.tree.release()
 
     # -- the one kill path ----------------------------------------------------------------------
 
     async def _kill_tree(self, run: _Run) -> None:
         """SIGTERM (+SIGCONT), grace, then SIGKILL until the tree is empty."""
-        self._signal_tree(run, _signal.SIGTERM)
-        self._signal_tree(run, _signal.SIGCONT)
-        if await self._wait_empty(run, self._kill_grace):
+        tree = run.tree
+        tree.signal(_signal.SIGTERM)
+        tree.signal(_signal.SIGCONT)
+        if await _wait_empty(tree, self._kill_grace):
             return
         loop = asyncio.get_running_loop()
         deadline = loop.time() + EMPTY_TREE_LIMIT_S
         while True:
-            self._signal_tree(run, _signal.SIGKILL)
-            if await self._wait_empty(run, 0.1):
+            tree.signal(_signal.SIGKILL)
+            if await _wait_empty(tree, 0.1):
                 return
             if loop.time() > deadline:
                 log.error(
                     "exec: process tree of pid %d survives SIGKILL; giving up (%s)",
                     run.pid,
-                    run.cgroup.pids()
-                    if run.cgroup
-                    else sorted(self._members(run).values(), key=str),
+                    tree.members(),
                 )
                 return
 
-    async def _wait_empty(self, run: _Run, within: float) -> bool:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + within
-        delay = POLL_FIRST_S
-        while True:
-            if not self._tree_alive(run):
-                return True
-            now = loop.time()
-            if now >= deadline:
-                return False
-            await asyncio.sleep(min(delay, deadline - now))
-            delay = min(delay * 2, POLL_MAX_S)
 
-    def _tree_alive(self, run: _Run) -> bool:
-        if run.cgroup is not None:
-            return run.cgroup.populated()
-        # While a member found by the last sweep is still alive, no new sweep is needed (a
-        # sweep reads every process on the host); once they are all gone, one sweep confirms.
-        for pid, start in run.known.items():
-            st = read_stat(pid)
-            if st is not None and st.starttime == start and st.alive:
-                return True
-        if run.leader_gone and self._subreaper:
-            alive = self._orphans_alive(run)
-            if alive is not None:
-                return alive
-        return any(st.alive for st in self._members(run).values())
-
-    def _orphans_alive(self, run: _Run) -> bool | None:
-        """Whether the command left processes, from the broker's children alone, or ``None``
-        when only a sweep can tell.
-
-        Once the leader is reaped, the topmost live process of every branch of its tree is an
-        orphan the broker (the subreaper) adopted: no such child means an empty tree. A child the
-        command could own but that is not plainly its member (it left the session and dropped
-        the cookie, yet may have children that did not), a zombie the command may have left (a
-        sweep reaps it), or a list that changed while it was read, all need the sweep. Older
-        zombies (adopted from an escaped process that died since) are left to the stale rule.
-        """
-        children = own_children()
-        if children is None:
-            return None
-        me = os.getpid()
-        leaders = {r.pid for r in self._runs}
-        cookie = run.cookie.encode()
-        for pid in children:
-            st = read_stat(pid)
-            if st is None or st.ppid != me:
-                return None  # reaped while the list was read, which may have skipped a child
-            if pid in leaders:
-                continue
-            if st.starttime < run.leader_start:  # older than the command: none of its own
-                if not st.alive:
-                    self._stale_zombies.setdefault((pid, st.starttime), time.monotonic())
-                continue
-            if not st.alive:
-                return None  # a zombie, perhaps the command's: the sweep reaps it now
-            if st.sid == run.pid or read_cookie(pid) == cookie:
-                return True
-            return None
-        return False
-
-    def _signal_tree(self, run: _Run, sig: int) -> None:
-        """Send ``sig`` to every member (``cgroup.kill`` for SIGKILL in cgroup mode).
-
-        Members are listed (and remembered for reaping) before anything is signalled: a process
-        that dies first would leave orphans the broker adopts without knowing them.
-        """
-        cgroup = run.cgroup
-        if cgroup is not None:
-            pids = cgroup.pids()
-            self._note_adopted(run, pids)
-            members = None
-        else:
-            members = self._members(run)
-        if run.pidfd is not None:
-            # The leader's process group, race-free through its pidfd (Linux 6.9).
-            with contextlib.suppress(OSError):
-                _signal.pidfd_send_signal(run.pidfd, sig, None, PIDFD_SIGNAL_PROCESS_GROUP)
-        if cgroup is not None:
-            if sig == _signal.SIGKILL:
-                with contextlib.suppress(OSError):
-                    cgroup.kill()
-                return
-            for pid in pids:
-                pidfd_signal(pid, sig, cgroup.contains)
-            return
-        assert members is not None
-        for pid, st in members.items():
-            if st.alive:
-                pidfd_signal(pid, sig, _same_process(st))
-
-    def _members(self, run: _Run) -> dict[int, ProcStat]:
-        """The command's processes, by ``/proc``: its session, cookie holders, their descendants.
-
-        Zombies among them that the broker adopted (subreaper) are reaped on the way.
-        """
-        me = os.getpid()
-        cookie = run.cookie.encode()
-        # Anything started before the leader cannot descend from the command.
-        candidates = stats_since(run.leader_start, exclude=(1, me))
-        # As the subreaper, every member that left the session either still has a member as
-        # parent (the closure below finds it) or was re-parented to the broker: only those need
-        # their environment read (an environ read can wait on a busy process's memory lock).
-        sub = self._subreaper
-        members = {
-            pid: st
-            for pid, st in candidates.items()
-            if st.sid == run.pid
-            or pid == run.pid
-            or (st.alive and (not sub or st.ppid == me) and read_cookie(pid) == cookie)
-        }
-        grew = True
-        while grew:
-            grew = False
-            for pid, st in candidates.items():
-                if pid not in members and st.ppid in members:
-                    members[pid] = st
-                    grew = True
-        self._note_adopted(run, members)
-        run.known = {pid: st.starttime for pid, st in members.items() if st.alive}
-        leaders = {r.pid for r in self._runs}
-        for pid, st in candidates.items():
-            if st.alive or st.ppid != me or pid in leaders:
-                continue
-            if pid in members:
-                with contextlib.suppress(ChildProcessError):
-                    os.waitpid(pid, os.WNOHANG)
-            elif self._subreaper:
-                self._stale_zombies.setdefault((pid, st.starttime), time.monotonic())
-        return members
-
-    def _reap_stale_zombies(self) -> None:
-        """Reap zombie children nobody has reaped for ``STALE_ZOMBIE_S`` (fallback mode only).
-
-        A ``setsid`` orphan that exits on its own before any sweep sees it alive becomes a zombie
-        child of the broker (the subreaper) that no command can be matched to. asyncio and
-        ``subprocess`` reap their own children within milliseconds, so a zombie child that has
-        stayed unreaped this long is one the broker adopted.
-        """
-        now = time.monotonic()
-        me = os.getpid()
-        for key, first_seen in list(self._stale_zombies.items()):
-            if now - first_seen < STALE_ZOMBIE_S:
-                continue
-            del self._stale_zombies[key]
-            pid, start = key
-            st = read_stat(pid)
-            if st is not None and not st.alive and st.ppid == me and st.starttime == start:
-                with contextlib.suppress(ChildProcessError):
-                    os.waitpid(pid, os.WNOHANG)
-
-    def _note_adopted(self, run: _Run, pids: Mapping[int, ProcStat] | Sequence[int]) -> None:
-        """Remember members (pid and start time) so that those the broker adopts (subreaper:
-        their parent died, often in the same kill) can be reaped once they are zombies."""
-        if not self._subreaper and not is_child_subreaper():
-            return
-        for pid in pids:
-            st = pids[pid] if isinstance(pids, Mapping) else read_stat(pid)
-            if st is not None and pid != run.pid:
-                run.adopted[pid] = st.starttime
-
-    async def _reap_adopted(self, run: _Run) -> None:
-        """Reap the zombies the broker adopted from this command, and only those (never a pid
-        that asyncio or other code spawned: each is checked by pid, start time and parent).
-
-        A killed tree is empty (``populated 0``) slightly before its processes are zombies and
-        their orphans re-parented, so this waits up to ``REAP_SETTLE_S`` for each recorded
-        member to be gone or be the broker's zombie.
-        """
-        me = os.getpid()
-        pending = dict(run.adopted)
-        deadline = time.monotonic() + REAP_SETTLE_S
-        while pending:
-            for pid, start in list(pending.items()):
-                st = read_stat(pid)
-                if st is None or st.starttime != start:
-                    del pending[pid]  # gone (reaped by its own parent)
-                elif not st.alive and st.ppid == me:
-                    with contextlib.suppress(ChildProcessError):
-                        os.waitpid(pid, os.WNOHANG)  # noqa: ASYNC222 (a zombie: never blocks)
-                    del pending[pid]
-            if not pending or time.monotonic() > deadline:
-                return
-            await asyncio.sleep(POLL_FIRST_S)
-
-
-class _Subreaper:
-    """The process-wide child-subreaper flag, held while any fallback manager is open.
-
-    Set by the first fallback manager and cleared by the last one to close (unless it was set
-    before, e.g. by the embedder), so that a process that only briefly needs the fallback (a test
-    run) does not adopt every orphan of its other children for the rest of its life.
-    """
-
-    holders = 0
-    set_by_us = False
-
-    @classmethod
-    def acquire(cls) -> bool:
-        if cls.holders == 0:
-            if is_child_subreaper():
-                cls.set_by_us = False
-            elif set_child_subreaper(True):
-                cls.set_by_us = True
-            else:
-                return False
-        cls.holders += 1
-        return True
-
-    @classmethod
-    def release(cls) -> None:
-        cls.holders -= 1
-        if cls.holders == 0 and cls.set_by_us:
-            set_child_subreaper(False)
-            cls.set_by_us = False
-
-
-def _same_process(st: ProcStat) -> Callable[[int], bool]:
-    """A check that ``pid`` is still the process ``st`` described (same start time)."""
-
-    def check(pid: int) -> bool:
-        now = read_stat(pid)
-        return now is not None and now.starttime == st.starttime
-
-    return check
-
-
-def _kill_leftovers(pid: int, prefix: str) -> None:
-    """A manager never closed: kill what its commands left, at exit (not in a forked child)."""
-    if os.getpid() == pid:
-        kill_commands(prefix)
+async def _wait_empty(tree: Tree, within: float) -> bool:
+    """Whether ``tree`` is empty within ``within`` seconds (polled, backing off)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    delay = POLL_FIRST_S
+    while True:
+        if not tree.alive():
+            return True
+        now = loop.time()
+        if now >= deadline:
+            return False
+        await asyncio.sleep(min(delay, deadline - now))
+        delay = min(delay * 2, POLL_MAX_S)

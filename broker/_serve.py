@@ -231,7 +231,12 @@ class BrokerServer:
         sandbox = self.enforcement.sandbox if self.enforcement is not None else None
         try:
             if self._backend is None:
-                self._backend = Broker(str(config.root), sandbox=sandbox)
+                policy = self.enforcement.policy if self.enforcement is not None else None
+                self._backend = Broker(
+                    str(config.root),
+                    sandbox=sandbox,
+                    exec_policy=policy.exec if policy is not None else None,
+                )
             elif sandbox is not None and hasattr(self._backend, "use_sandbox"):
                 # A core handed in runs its commands in the policy's sandbox too (never bare).
                 self._backend.use_sandbox(sandbox)

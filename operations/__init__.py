@@ -80,6 +80,8 @@ from ._search import is_binary as is_binary
 from ._search import search_file as search_file
 from ._search import search_tree as search_tree
 from ._shell_exec import ShellExec as ShellExec
+from ._timeout import MAX_TIMEOUT_S as MAX_TIMEOUT_S
+from ._timeout import check_timeout as check_timeout
 from ._types import DirEntry as DirEntry
 from ._types import ExecResult as ExecResult
 from ._types import FileKind as FileKind
@@ -93,6 +95,7 @@ __all__ = [
     "BINARY_SNIFF_BYTES",
     "DEFAULT_SANDBOX_READ",
     "ERROR_TYPES",
+    "MAX_TIMEOUT_S",
     "MAX_TREE_CHECK",
     "AbortController",
     "AbortSignal",
@@ -159,6 +162,7 @@ __all__ = [
     "WriteOperations",
     "abort_scope",
     "build_command_env",
+    "check_timeout",
     "compile_glob",
     "error_from_code",
     "glob_matches",

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from types import TracebackType
 
 from ._errors import Aborted
+from ._types import KillReason
 
 __all__ = ["AbortController", "AbortSignal", "abort_scope"]
 
@@ -46,6 +47,15 @@ class AbortSignal:
     def reason(self) -> object:
         """What was passed to :meth:`AbortController.abort`, or ``None``."""
         return self._reason
+
+    @property
+    def kill_reason(self) -> KillReason:
+        """Why a command this signal stops is killed: the reason given to
+        :meth:`AbortController.abort` when it is a :class:`~operations.KillReason` (``SHUTDOWN``,
+        ``OUTPUT_LIMIT``), else ``ABORTED``. Backends report this in ``ExecResult.kill_reason``,
+        so no layer above has to rewrite it."""
+        reason = self._reason
+        return reason if isinstance(reason, KillReason) else KillReason.ABORTED
 
     def add_listener(self, listener: Listener) -> Callable[[], None]:
         """Call ``listener`` when the signal aborts. Returns a function that removes it."""

@@ -385,7 +385,11 @@ class GuardedBackend:
         env: Mapping[str, str],
         entry: _Entry,
     ) -> ExecResult:
-        """Run through ``inner``, killing the tree once output passes ``exec.max_output_bytes``."""
+        """Run through ``inner``, killing the tree once output passes ``exec.max_output_bytes``.
+
+        This is the one output limit of a served command: the signal is aborted with
+        ``KillReason.OUTPUT_LIMIT``, which the backend reports as the result's kill reason.
+        """
         limit = self.policy.exec.max_output_bytes
         controller = AbortController()
         remove = signal.add_listener(lambda: controller.abort(signal.reason)) if signal else None
@@ -399,7 +403,7 @@ class GuardedBackend:
             if sent + len(data) > limit:
                 data = data[: limit - sent]
                 over = True
-                controller.abort("output_limit")
+                controller.abort(KillReason.OUTPUT_LIMIT)
             sent += len(data)
             entry.set(bytes_out=sent)
             if data:
@@ -409,7 +413,7 @@ class GuardedBackend:
 
         runner = self._ops.exec if shell == "bash" else self._ops.exec_powershell
         try:
-            result = await runner(
+            return await runner(
                 command,
                 cwd,
                 on_data=forward,
@@ -421,9 +425,6 @@ class GuardedBackend:
         finally:
             if remove is not None:
                 remove()
-        if over and result.kill_reason is KillReason.ABORTED:
-            return ExecResult(None, KillReason.OUTPUT_LIMIT)
-        return result
 
     # -- lifetime ------------------------------------------------------------------------------
 

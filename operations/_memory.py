@@ -46,6 +46,7 @@ from ._gate import MAX_TREE_CHECK, Gate
 from ._mime import SNIFF_BYTES, sniff_image_mime_type
 from ._runner import CommandRunner
 from ._search import LineMatcher, search_file, search_tree
+from ._timeout import check_timeout
 from ._types import DirEntry, ExecResult, FileKind, FileStat, OnData, SearchMatch
 from ._vfs import (
     DirNode,
@@ -618,6 +619,7 @@ class InMemoryOperations:
             if self._closed:
                 raise Unavailable(op, cwd, "the memory backend is closed")
             self._directory(op, cwd, gate and gate.read)
+            check_timeout(timeout, op, cwd)
         except OpsError as error:
             self.log.append(OpRecord(op, cwd, error.code, command))
             raise

@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ._errors import InvalidArgument, PolicyDenied
 from ._glob import GlobMatcher, compile_glob, translate_glob
+from ._timeout import check_timeout
 
 __all__ = [
     "AuditPolicy",
@@ -148,7 +149,8 @@ class _Section(BaseModel):
 
 
 class ExecPolicy(_Section):
-    """Shell commands: whether they run at all, through which shells, for how long, how loud."""
+    """Shell commands: whether they run at all, through which shells, for how long, how loud, and
+    within which process and memory limits (the process manager's, built from this table)."""
 
     enabled: bool = Field(default=True, description="Run shell commands at all.")
     shells: list[Literal["bash", "powershell"]] = Field(
@@ -168,6 +170,28 @@ class ExecPolicy(_Section):
     background_ttl: Annotated[float, Field(gt=0)] = Field(
         default=3600.0,
         description="Seconds a detached background process may live before it is killed.",
+    )
+    pids_max: Annotated[int, Field(gt=0)] = Field(
+        default=4096,
+        description=(
+            "Processes and threads a command's tree may hold at once (its cgroup's pids.max): "
+            "bounds a fork bomb, leaves room for parallel builds. Needs writable cgroups."
+        ),
+    )
+    memory_max: Annotated[int, Field(gt=0)] | None = Field(
+        default=None,
+        description=(
+            "Bytes of memory a command's tree may use before the kernel kills it (its cgroup's "
+            "memory limit); none by default, as a build's peak is too varied to guess. Needs "
+            "writable cgroups."
+        ),
+    )
+    kill_grace: Annotated[float, Field(ge=0, le=60)] = Field(
+        default=1.0,
+        description=(
+            "Seconds between SIGTERM and SIGKILL when a command's tree is killed: time for a "
+            "tool to clean up, short enough for the call to return promptly."
+        ),
     )
 
     @model_validator(mode="after")
@@ -425,9 +449,11 @@ class PolicyEnforcer:
         """Check a command request and return the timeout to enforce, in seconds.
 
         Raises:
+            InvalidArgument: the timeout is not a valid timeout (:func:`~operations.check_timeout`:
+                zero, negative, not finite).
             PolicyDenied: ``exec.enabled`` is false, ``shell`` is not in ``exec.shells``, the
-                timeout is above ``exec.max_timeout`` or not positive. (Whether ``cwd`` may be
-                read is decided by the backend on the directory it opens, through a ``Gate``.)
+                timeout is above ``exec.max_timeout``. (Whether ``cwd`` may be read is decided by
+                the backend on the directory it opens, through a ``Gate``.)
         """
         spec = self.policy.exec
         cwd = cwd if shown is None else shown
@@ -435,6 +461,7 @@ class PolicyEnforcer:
             raise PolicyDenied(op, cwd, rule="exec.enabled: false")
         if shell not in spec.shells:
             raise PolicyDenied(op, cwd, rule=f"exec.shells: {shell} not in {list(spec.shells)}")
+        timeout = check_timeout(timeout, op, cwd)
         if timeout is None:
             timeout = spec.default_timeout
         elif timeout > spec.max_timeout:
@@ -444,10 +471,6 @@ class PolicyEnforcer:
                 f"timeout {timeout:g} s is above the policy maximum (exec.max_timeout: "
                 f"{spec.max_timeout:g}); ask for at most {spec.max_timeout:g} s",
                 rule=f"exec.max_timeout: {spec.max_timeout:g}",
-            )
-        elif timeout <= 0:
-            raise PolicyDenied(
-                op, cwd, f"timeout must be positive, got {timeout:g}", rule="exec.timeout > 0"
             )
         return timeout
 

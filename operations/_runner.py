@@ -165,7 +165,7 @@ class CommandRunner:
         """Run ``command`` (see the module docstring). ``timeout`` <= 0 or ``None``: none."""
         self.history.append(command)
         if signal is not None and signal.aborted:
-            return ExecResult(None, KillReason.ABORTED)
+            return ExecResult(None, signal.kill_reason)
         loop = asyncio.get_running_loop()
         emitted = 0
         kill_reason: KillReason | None = None
@@ -214,7 +214,7 @@ class CommandRunner:
         if signal is not None:
 
             def on_abort() -> None:
-                loop.call_soon_threadsafe(kill, KillReason.ABORTED)
+                loop.call_soon_threadsafe(kill, signal.kill_reason)
 
             remove_listener = signal.add_listener(on_abort)
         timer = None

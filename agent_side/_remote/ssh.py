@@ -66,6 +66,7 @@ from operations import (
     ShellExec,
     Unauthenticated,
     Unavailable,
+    check_timeout,
 )
 
 __all__ = ["CANCEL_WAIT_S", "MAX_IDLE_CHANNELS", "WRITE_CHUNK_BYTES", "SSHBackend", "open_ssh_url"]
@@ -608,8 +609,7 @@ class SSHBackend:
         env: Mapping[str, str] | None = None,
         shell: pb.Shell = pb.SHELL_BASH,
     ) -> ExecResult:
-        if timeout is not None and timeout < 0:
-            raise InvalidArgument("exec", None, f"`timeout` must be non-negative, got {timeout}")
+        check_timeout(timeout)
         cwd = _text("exec", cwd)
         command = _text("exec", command, what="command")
         if signal is not None and signal.aborted:

@@ -19,12 +19,14 @@ from operations import (
     AbortSignal,
     BashOperations,
     ExecResult,
+    InvalidArgument,
     KillReason,
     NotADirectory,
     NotFound,
     OpsError,
     PowerShellOperations,
     Timeout,
+    check_timeout,
 )
 
 from .._js import js_number_to_string
@@ -37,7 +39,6 @@ from ._truncate import DEFAULT_MAX_BYTES, format_size
 __all__ = ["ShellRun", "SpawnContext", "SpawnHook", "run_shell_command"]
 
 UPDATE_THROTTLE_S = 0.1  # at most ten partial results a second, as the reference
-MAX_TIMEOUT_S = 2_147_483.647  # the largest timer the reference's runtime can arm
 SESSION_VARIABLES = (
     "PI_SESSION_ID",
     "PI_SESSION_FILE",
@@ -73,12 +74,10 @@ class ShellRun:
 
 
 def _check_timeout(timeout: float | None) -> None:
-    if timeout is None:
-        return
-    if not math.isfinite(timeout) or timeout <= 0:
-        raise ToolError("Invalid timeout: must be a finite number of seconds")
-    if timeout > MAX_TIMEOUT_S:
-        raise ToolError(f"Invalid timeout: maximum is {MAX_TIMEOUT_S} seconds")
+    try:
+        check_timeout(timeout)
+    except InvalidArgument as e:
+        raise ToolError(e.reason) from None  # the reference's own sentence, as every layer says
 
 
 def _spawn_context(run: ShellRun, command: str, cwd: str, ctx: ToolContext | None) -> SpawnContext:

@@ -13,7 +13,6 @@ in a :class:`Call`, and turns an :class:`~operations.OpsError` raised here into 
 from __future__ import annotations
 
 import asyncio
-import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from importlib import metadata
@@ -36,11 +35,11 @@ from operations import (
     AbortController,
     Backend,
     BashOperations,
-    ExecResult,
     InvalidArgument,
     KillReason,
     Timeout,
     TooLarge,
+    check_timeout,
     read_chunks,
     read_small,
     write_chunks,
@@ -61,9 +60,6 @@ __all__ = [
     "decode",
     "undecodable",
 ]
-
-SHUTDOWN: Final = object()
-"""The abort reason of commands killed because the broker stops (reported as ``SHUTDOWN``)."""
 
 DEFAULT_MAX_UPLOAD_BYTES: Final = 1024 * 1024 * 1024
 """Most bytes one WriteFile may stream in (the core streams to a temp file, but a backend without
@@ -188,7 +184,7 @@ class Service:
         """Abort every running command (the broker stops); their callers see ``SHUTDOWN``."""
         running = list(self._running)
         for controller in running:
-            controller.abort(SHUTDOWN)
+            controller.abort(KillReason.SHUTDOWN)
         return len(running)
 
     async def drain(self, timeout: float) -> None:
@@ -343,7 +339,9 @@ class Service:
         before the cancellation propagates.
         """
         runner = _runner(call.ops, request)
-        timeout = _timeout(request)
+        timeout = check_timeout(
+            request.timeout if request.HasField("timeout") else None, "exec", request.cwd
+        )
         controller = AbortController()
         if not request.abort_id:
             await self._run(runner, request, timeout, call, controller)
@@ -378,8 +376,6 @@ class Service:
             )
         finally:
             self._running.discard(controller)
-        if result.kill_reason is KillReason.ABORTED and controller.signal.reason is SHUTDOWN:
-            result = ExecResult(None, KillReason.SHUTDOWN)
         await output.drain()
         await call.send(pb.ExecEvent(exit=exit_to_wire(result)))
 
@@ -390,19 +386,6 @@ def _runner(ops: Backend, request: pb.ExecRequest) -> BashOperations:
     if request.shell in (pb.SHELL_UNSPECIFIED, pb.SHELL_BASH):
         return ops
     raise InvalidArgument("exec", request.cwd, f"unknown shell {request.shell}")
-
-
-def _timeout(request: pb.ExecRequest) -> float | None:
-    if not request.HasField("timeout"):
-        return None
-    timeout = request.timeout
-    if not math.isfinite(timeout) or timeout < 0:
-        raise InvalidArgument(
-            "exec",
-            request.cwd,
-            f"`timeout` must be a non-negative number of seconds, got {timeout}",
-        )
-    return timeout
 
 
 async def _next(call: Call, op: str) -> ProtoMessage | None:

@@ -149,7 +149,7 @@ def test_a_broker_started_by_a_dead_brokers_command_spares_itself() -> None:
 def test_cookies_name_their_manager_and_this_process() -> None:
     pm = ProcessManager(use_cgroups=False)
     try:
-        prefix = pm._cookie_prefix
+        prefix = pm._tracker.cookie_prefix
         assert prefix.startswith(owner_id() + "-") and prefix.endswith(".")
     finally:
         asyncio.run(pm.aclose())

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from broker import _process
+from broker import _tracker_proc
 from broker._process import MINIMAL_ENV, ProcessManager
 from broker._proctree import COOKIE_VAR, is_child_subreaper
 from broker._shell import bash_argv
+from broker._tracker_cgroup import CgroupTracker
 from operations import (
     AbortController,
     ExecResult,
@@ -210,7 +211,8 @@ LEAK_CALLS = 300
 async def test_no_fd_task_or_cgroup_leak_over_many_calls(manager: ProcessManager) -> None:
     await run(manager, "true")
     fds, tasks = open_fds(), len(asyncio.all_tasks())
-    cgroups = sorted(os.listdir(manager._cgroups.path)) if manager._cgroups else []
+    tree = manager._tracker.cgroups if isinstance(manager._tracker, CgroupTracker) else None
+    cgroups = sorted(os.listdir(tree.path)) if tree is not None else []
     for _ in range(LEAK_CALLS):
         result, _ = await run(manager, "echo x")
         assert result == ExecResult(0)
@@ -220,8 +222,8 @@ async def test_no_fd_task_or_cgroup_leak_over_many_calls(manager: ProcessManager
     assert open_fds() == fds
     assert len(asyncio.all_tasks()) == tasks
     assert not manager._runs
-    if manager._cgroups is not None:
-        assert sorted(os.listdir(manager._cgroups.path)) == cgroups  # no cmd-* group left
+    if tree is not None:
+        assert sorted(os.listdir(tree.path)) == cgroups  # no cmd-* group left
 
 
 async def test_concurrent_commands_are_independent(manager: ProcessManager) -> None:
@@ -286,7 +288,7 @@ def _zombie_children() -> set[int]:
 async def test_fallback_reaps_adopted_orphans(monkeypatch: pytest.MonkeyPatch) -> None:
     """Orphans re-parented to the broker (subreaper) do not pile up as zombies, including a
     ``setsid`` one that exits on its own before any sweep sees it alive."""
-    monkeypatch.setattr(_process, "STALE_ZOMBIE_S", 0.2)
+    monkeypatch.setattr(_tracker_proc, "STALE_ZOMBIE_S", 0.2)
     pm = make_manager("fallback")
     assert pm.capabilities().subreaper
     before = _zombie_children()

@@ -1,5 +1,5 @@
 """Output streaming: large, binary and unterminated output with the broker's memory flat, back-
-pressure from a slow consumer, and the output limit killing the tree."""
+pressure from a slow consumer, and a kill for the output limit (the signal's reason) taking the tree."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 
 from broker._process import READ_CHUNK, ProcessManager
 from broker._shell import bash_argv
-from operations import ExecResult, KillReason
+from operations import AbortController, AbortSignal, ExecResult, KillReason
 
 from ._procscan import marked_env, new_marker, rss_bytes, survivors
 from .conftest import TEST_KILL_GRACE_S, make_manager
@@ -78,18 +78,68 @@ async def test_binary_output_is_byte_exact(manager: ProcessManager, tmp_path: Pa
 
 @pytest.mark.parametrize("command", ["yes", "setsid yes & setsid yes & wait"])
 async def test_output_limit_kills_tree_and_says_so(mode: str, command: str) -> None:
-    pm = make_manager(mode, max_output_bytes=100_000)
+    """The output limit's path: ``on_data`` aborts the signal with ``OUTPUT_LIMIT`` (as the
+    policy layer does); the whole tree dies and the result carries that reason, unrewritten."""
+    pm = make_manager(mode)
     marker = new_marker()
-    counter = Counter()
+    controller = AbortController()
+    received = 0
+
+    def limited(data: bytes) -> None:
+        nonlocal received
+        if received < 100_000:
+            received = min(100_000, received + len(data))
+            if received == 100_000:
+                controller.abort(KillReason.OUTPUT_LIMIT)
+
     try:
         result = await pm.exec(
-            bash_argv(command), cwd="/", on_data=counter, timeout=20, env=marked_env(marker)
+            bash_argv(command),
+            cwd="/",
+            on_data=limited,
+            signal=controller.signal,
+            timeout=20,
+            env=marked_env(marker),
         )
     finally:
         await pm.aclose()
     assert result == ExecResult(None, KillReason.OUTPUT_LIMIT)
-    assert counter.bytes == 100_000
+    assert received == 100_000
     assert survivors(marker) == []
+
+
+@pytest.mark.parametrize("reason", list(KillReason))
+async def test_the_signal_reason_is_the_kill_reason(
+    manager: ProcessManager, reason: KillReason
+) -> None:
+    """Each KillReason given to ``abort`` comes back as the result's reason, whether the signal
+    aborts before the command starts or while it runs; any other reason is ``ABORTED``."""
+    assert (
+        await manager.exec(
+            bash_argv("true"),
+            cwd="/",
+            on_data=lambda _: None,
+            signal=AbortSignal.aborted_signal(reason),
+        )
+    ) == ExecResult(None, reason)
+    controller = AbortController()
+    marker = new_marker()
+
+    def started(data: bytes) -> None:
+        controller.abort(reason)
+
+    result = await manager.exec(
+        bash_argv("echo up; sleep 1000"),
+        cwd="/",
+        on_data=started,
+        signal=controller.signal,
+        env=marked_env(marker),
+    )
+    assert result == ExecResult(None, reason)
+    assert survivors(marker) == []
+    untyped = AbortSignal.aborted_signal("client")
+    result = await manager.exec(bash_argv("true"), cwd="/", on_data=lambda _: None, signal=untyped)
+    assert result == ExecResult(None, KillReason.ABORTED)
 
 
 async def test_killed_while_writing(manager: ProcessManager) -> None:

@@ -27,6 +27,7 @@ import pytest
 from broker import _spawn
 from broker._cgroup import CgroupTree, CommandCgroup
 from broker._process import ProcessManager
+from broker._tracker_cgroup import CgroupTracker
 from operations import ExecResult, InvalidArgument, NotFound, PermissionDenied
 
 from ._procscan import marked_env, new_marker, survivors
@@ -197,8 +198,8 @@ async def test_the_command_is_in_its_cgroup_from_the_start(spawn_path: str) -> N
     # Limits make v1 groups on a hybrid host: those are still joined by a write in the child.
     pm = make_manager("cgroup", pids_max=64, memory_max=256 << 20)
     try:
-        assert pm._cgroups is not None
-        v1 = set(pm._cgroups._v1_groups)
+        assert isinstance(pm._tracker, CgroupTracker) and pm._tracker.cgroups is not None
+        v1 = set(pm._tracker.cgroups._v1_groups)
         result, out = await run(pm, ["cat", "/proc/self/cgroup"])
     finally:
         await pm.aclose()

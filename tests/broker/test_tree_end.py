@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-import broker._process as process_module
 import broker._proctree as _proctree
+import broker._tracker_proc as tracker_proc
 from broker._process import ProcessManager
 from broker._proctree import COOKIE_VAR, own_children, read_cookie, read_stat
 from broker._shell import bash_argv
@@ -82,14 +82,14 @@ async def test_a_plain_command_needs_no_sweep(
     fallback: ProcessManager, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sweeps = 0
-    real = process_module.stats_since
+    real = tracker_proc.stats_since
 
     def counted(*args: object, **kwargs: object) -> object:
         nonlocal sweeps
         sweeps += 1
         return real(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(process_module, "stats_since", counted)
+    monkeypatch.setattr(tracker_proc, "stats_since", counted)
     # An older zombie child (as an escaped process that died leaves) must not force sweeps.
     older = _zombie_child()
     try:
@@ -115,7 +115,7 @@ async def test_orphans_exiting_around_the_shell_leave_nothing(
     """Orphans that exit just before, with, or just after their shell: each end is seen, and
     every orphan the broker adopted is reaped (a ``setsid`` one that died unseen by the stale
     rule, here made immediate), never left a zombie."""
-    monkeypatch.setattr(process_module, "STALE_ZOMBIE_S", 0.0)
+    monkeypatch.setattr(tracker_proc, "STALE_ZOMBIE_S", 0.0)
     marker = new_marker()
     for _ in range(ORPHAN_ROUNDS):
         delay = random.choice(["0", "0.001", "0.003", "0.01"])

@@ -17,7 +17,6 @@ from operations import (
     FileKind,
     FileStat,
     IsADirectory,
-    KillReason,
     NotFound,
     OnData,
     SearchMatch,
@@ -184,7 +183,7 @@ class FakeBackend:
         if verb == "flood":
             for _ in range(10_000):
                 if signal is not None and signal.aborted:
-                    return ExecResult(None, KillReason.ABORTED)
+                    return ExecResult(None, signal.kill_reason)
                 pending = on_data(b"x" * 1024)
                 if pending is not None:
                     await pending

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 
 from operations import (
     CommandEnvCache,
+    InvalidArgument,
     Policy,
     PolicyDenied,
     PolicyEnforcer,
@@ -145,8 +147,10 @@ def test_exec_checks() -> None:
     assert "ask for at most 600 s" in str(info.value)
     with pytest.raises(PolicyDenied, match=r"exec\.shells"):
         enforcer.check_exec("exec", "src", "powershell", None)
-    with pytest.raises(PolicyDenied, match="timeout must be positive"):
-        enforcer.check_exec("exec", "src", "bash", 0)
+    for bad in (0, -1, math.nan):  # not a timeout at all: the one rule of check_timeout
+        with pytest.raises(InvalidArgument) as bad_info:
+            enforcer.check_exec("exec", "src", "bash", bad)
+        assert bad_info.value.reason == "Invalid timeout: must be a finite number of seconds"
     off = PolicyEnforcer(Policy.from_mapping({"exec": {"enabled": False}}))
     with pytest.raises(PolicyDenied) as info:
         off.check_exec("exec", "", "bash", None)
