@@ -42,11 +42,12 @@ from operations import (
     search_file,
 )
 
-from . import _rg, _shell, _treewalk
+from . import _rg, _treewalk
 from ._dirfd import AtomicFile, errno_error
 from ._landlock import Ruleset
 from ._process import MINIMAL_ENV, ProcessManager
 from ._resolver import Root
+from ._shell import bash_argv, powershell_argv
 
 __all__ = ["DEFAULT_MAX_READ_BYTES", "Broker"]
 
@@ -270,7 +271,7 @@ class Broker:
 
     @property
     def powershell(self) -> ShellExec:
-        return ShellExec(functools.partial(self._run, "powershell", "powershell_argv"))
+        return ShellExec(functools.partial(self._run, "powershell", powershell_argv))
 
     async def aclose(self) -> None:
         if self._closed:
@@ -548,9 +549,7 @@ class Broker:
         env: Mapping[str, str] | None = None,
         gate: Gate | None = None,
     ) -> ExecResult:
-        return await self._run(
-            "exec", "bash_argv", command, cwd, on_data, signal, timeout, env, gate
-        )
+        return await self._run("exec", bash_argv, command, cwd, on_data, signal, timeout, env, gate)
 
     async def exec_powershell(
         self,
@@ -565,13 +564,13 @@ class Broker:
     ) -> ExecResult:
         """``powershell.exec`` with a gate (see :class:`~operations.GatedBackend`)."""
         return await self._run(
-            "powershell", "powershell_argv", command, cwd, on_data, signal, timeout, env, gate
+            "powershell", powershell_argv, command, cwd, on_data, signal, timeout, env, gate
         )
 
     async def _run(
         self,
         op: str,
-        argv_builder: str,
+        argv_builder: Callable[[str], list[str]],
         command: str,
         cwd: str,
         on_data: OnData,
@@ -581,7 +580,7 @@ class Broker:
         gate: Gate | None = None,
     ) -> ExecResult:
         manager = self._process_manager(op)
-        argv = getattr(_shell, argv_builder)(command)
+        argv = argv_builder(command)
         try:
             cwd_fd = self._root.open_dir(op, cwd, gate and gate.read)
         except (NotFound, NotADirectory) as exc:
