@@ -4,7 +4,8 @@ General layout: ``_results`` turns the tool runtime's declarations and result me
 (tools with annotations, text and image content), with no logic of its own; ``_server`` is the MCP
 server over a list of tools, every call run through
 :func:`agent_side.loop.execute_tool_calls`; ``_embedded`` opens the broker core on a root behind
-its policy and audit log, as ``opsbroker serve`` does. The subcommand is
+its policy and audit log, as ``opsbroker serve`` does; ``_framing`` (sans-I/O) and ``_stdio``
+are the stdio wire, answering a line that is no JSON-RPC message. The subcommand is
 :mod:`agent_side._cli_mcp`.
 """
 

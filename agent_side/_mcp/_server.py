@@ -24,7 +24,6 @@ from typing import Any
 
 import mcp_types as types
 from mcp.server import Server, ServerRequestContext
-from mcp.server.stdio import stdio_server
 
 from .._loop import execute_tool_calls
 from .._messages import (
@@ -36,6 +35,7 @@ from .._messages import (
 )
 from .._tool import AgentTool
 from ._results import call_tool_result, mcp_tool
+from ._stdio import stdio_transport
 
 __all__ = ["SERVER_NAME", "build_server", "serve_stdio"]
 
@@ -117,5 +117,5 @@ def build_server(tools: Sequence[AgentTool[Any, Any]]) -> Server[Any]:
 async def serve_stdio(tools: Sequence[AgentTool[Any, Any]]) -> None:
     """Serve ``tools`` over this process's stdin and stdout until the client closes stdin."""
     server = build_server(tools)
-    async with stdio_server() as (read_stream, write_stream):
+    async with stdio_transport() as (read_stream, write_stream):
         await server.run(read_stream, write_stream, server.create_initialization_options())
