@@ -12,6 +12,12 @@ Every request to :data:`MCP_PATH` passes :class:`HttpGate` first:
 Then the SDK's transport runs in **stateless** mode: a fresh transport and server per HTTP
 request, no session id, no event store, so nothing one client sent or received is held where
 another's request could reach it. The server is uvicorn on a socket bound here.
+
+**Cancellation.** A stateless server has no session to find a running call in when the
+client's ``notifications/cancelled`` arrives in a request of its own, so the gate keeps the
+running ``tools/call`` requests by principal and id and cancels the one named, from the same
+principal only (a token cannot cancel another principal's calls). The cancellation reaches the
+backend's ``exec``, which kills the command's process tree, as over stdio.
 """
 
 from __future__ import annotations
@@ -23,12 +29,13 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
+import anyio
 import mcp_types as types
 import uvicorn
 from mcp.server import ServerRequestContext
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from starlette.datastructures import Headers
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from broker import TokenTable
 
@@ -47,6 +54,9 @@ __all__ = [
 
 MCP_PATH = "/mcp"
 """The endpoint: ``http://HOST:PORT/mcp``."""
+
+MAX_BODY_BYTES = 16 * 1024 * 1024
+"""The largest request body read, as the stdio limit on one line: room for a large ``write``."""
 
 SHUTDOWN_GRACE_S = 5  # at SIGINT/SIGTERM, for running calls to finish before they are cancelled
 
@@ -132,6 +142,9 @@ class HttpGate:
         self._tokens = tokens
         self._origins = tuple(allowed_origins)
         self._refused = refused
+        # The tools/call requests running now, by (principal, JSON-RPC id): in stateless mode the
+        # notifications/cancelled for one arrives in a request of its own, and is applied here.
+        self._running: dict[tuple[str, str | int], set[anyio.CancelScope]] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -169,7 +182,71 @@ class HttpGate:
             return
         scope[_PRINCIPAL] = principal
         scope[_PEER] = _peer(scope)
-        await self._app(scope, receive, send)
+        body = await _body(receive, MAX_BODY_BYTES)
+        if body is None:
+            await _refuse(
+                send, 413, f"request body over {MAX_BODY_BYTES} bytes; it was not read", ()
+            )
+            return
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        method, request_id = _call_of(body)
+        if method == "notifications/cancelled" and request_id is not None:
+            for running in self._running.get((principal, request_id), ()):
+                running.cancel()
+        if method != "tools/call" or request_id is None:
+            await self._app(scope, replay, send)
+            return
+        key = (principal, request_id)
+        with anyio.CancelScope() as running:
+            self._running.setdefault(key, set()).add(running)
+            try:
+                await self._app(scope, replay, send)
+            finally:
+                self._running[key].discard(running)
+                if not self._running[key]:
+                    del self._running[key]
+
+
+async def _body(receive: Receive, limit: int) -> bytes | None:
+    """The whole request body, or ``None`` once it is over ``limit`` bytes."""
+    body = bytearray()
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return bytes(body)
+        body += message.get("body", b"")
+        if len(body) > limit:
+            return None
+        if not message.get("more_body", False):
+            return bytes(body)
+
+
+def _call_of(body: bytes) -> tuple[str | None, str | int | None]:
+    """The method of a single JSON-RPC message, and the id it is or cancels (else ``None``)."""
+    try:
+        value = json.loads(body)
+    except (ValueError, RecursionError):
+        return None, None
+    if not isinstance(value, dict) or not isinstance(value.get("method"), str):
+        return None, None
+    method = value["method"]
+    params = value.get("params")
+    found = (
+        params.get("requestId")
+        if method == "notifications/cancelled" and isinstance(params, dict)
+        else value.get("id")
+    )
+    if isinstance(found, bool) or not isinstance(found, str | int):
+        return method, None
+    return method, found
 
 
 def bind(address: str) -> socket.socket:
@@ -206,7 +283,11 @@ async def serve_http(
 
     ``ready`` is called with the endpoint's URL once it accepts requests.
     """
-    manager = StreamableHTTPSessionManager(build_server(tools, tools_for=tools_for), stateless=True)
+    manager = StreamableHTTPSessionManager(
+        build_server(tools, tools_for=tools_for),
+        stateless=True,
+        max_request_body_size=MAX_BODY_BYTES,
+    )
     app = HttpGate(manager.handle_request, tokens, allowed_origins=allowed_origins, refused=refused)
     config = uvicorn.Config(
         app,
