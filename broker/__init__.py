@@ -24,6 +24,7 @@ from ._audit import AuditError as AuditError
 from ._audit import AuditLog as AuditLog
 from ._audit import AuditUnavailable as AuditUnavailable
 from ._audit import verify_files as verify_files
+from ._auth import TokenTable as TokenTable
 from ._core import Broker as Broker
 from ._guard import Enforcement as Enforcement
 from ._landlock import Sandbox as Sandbox
@@ -32,6 +33,7 @@ from ._landlock import landlock_abi as landlock_abi
 from ._resolver import Root as Root
 from ._serve import BrokerConfig as BrokerConfig
 from ._serve import BrokerServer as BrokerServer
+from ._serve import default_token_file as default_token_file
 from ._serve import is_loopback_address as is_loopback_address
 from ._serve import serve as serve
 
@@ -46,6 +48,8 @@ __all__ = [
     "Root",
     "Sandbox",
     "SandboxUnavailable",
+    "TokenTable",
+    "default_token_file",
     "is_loopback_address",
     "landlock_abi",
     "serve",

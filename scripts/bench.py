@@ -665,6 +665,115 @@ def grpc_concurrent_exec() -> Result:
 # The SSH transport's figures (SSH backend beside gRPC, against OpenSSH) live in bench_ssh.py.
 import bench_ssh  # noqa: E402
 
+MCP_CALLS = 40  # tool calls per transport per round
+MCP_ROUNDS = 3
+
+
+@benchmark
+def mcp_latency() -> None:
+    """A 4 KiB ``read`` and ``bash true`` as tool calls over MCP stdio and MCP Streamable HTTP
+    (``opsbroker mcp --root``, the SDK's clients) against the same calls through
+    ``execute_tool_calls`` on our gRPC client, all on one root; prints the ratios."""
+    import re
+
+    from mcp import ClientSession, StdioServerParameters, stdio_client
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    from agent_side import connect
+    from agent_side.loop import AssistantMessage, ToolCall, execute_tool_calls
+    from agent_side.tools import create_all_tools
+    from broker import BrokerConfig, BrokerServer
+
+    calls = {"read 4 KiB": ("read", {"path": "4k.txt"}), "bash true": ("bash", {"command": "true"})}
+    repo = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo), str(repo / "proto")])}
+
+    async def timed(
+        call: Callable[[str, dict[str, Any]], Coroutine[Any, Any, object]],
+    ) -> dict[str, float]:
+        best: dict[str, float] = {}
+        for name, (tool, arguments) in calls.items():
+            await call(tool, arguments)  # warm up
+            for _ in range(MCP_ROUNDS):
+                start = time.perf_counter()
+                for _ in range(MCP_CALLS):
+                    await call(tool, arguments)
+                best[name] = min(
+                    best.get(name, math.inf), (time.perf_counter() - start) / MCP_CALLS
+                )
+        return best
+
+    async def run(tmp: Path) -> dict[str, dict[str, float]]:
+        root = tmp / "ROOT"
+        root.mkdir()
+        (root / "4k.txt").write_text(("x" * 63 + "\n") * 64)
+        (tmp / "tokens").write_text("bench-token bench\n")
+        (tmp / "tokens").chmod(0o600)
+        figures: dict[str, dict[str, float]] = {}
+        config = BrokerConfig(root=root, grpc=["127.0.0.1:0"], token_file=tmp / "tokens")
+        async with BrokerServer(config) as server:
+            ops = await connect(f"grpc://{server.addresses[0]}", token="bench-token").open()  # type: ignore[attr-defined]
+            tools = create_all_tools(cwd=str(root), operations=ops)
+
+            async def grpc_call(tool: str, arguments: dict[str, Any]) -> object:
+                message = AssistantMessage(
+                    content=[ToolCall(id="c", name=tool, arguments=arguments)],
+                    stop_reason="toolUse",
+                )
+                return await execute_tool_calls(tools, message)
+
+            figures["gRPC"] = await timed(grpc_call)
+            await ops.aclose()
+        mcp = [sys.executable, "-m", "opsbroker", "mcp", "--root", str(root)]
+        params = StdioServerParameters(command=mcp[0], args=mcp[1:], env=env, cwd=str(repo))
+        with open(os.devnull, "w") as errlog:  # noqa: ASYNC230 (opened once, never blocks)
+            async with (
+                stdio_client(params, errlog=errlog) as (read, write),
+                ClientSession(read, write) as session,
+            ):
+                await session.initialize()
+                figures["MCP stdio"] = await timed(session.call_tool)
+        log = tmp / "http.stderr"
+        with log.open("wb") as err:
+            process = subprocess.Popen(  # noqa: ASYNC220 (started once, before any timing)
+                [*mcp, "--http", "127.0.0.1:0", "--http-token-file", str(tmp / "tokens")],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                env=env,
+                cwd=repo,
+            )
+        try:
+            deadline = time.monotonic() + 30
+            while not (found := re.search(r"http://\S+/mcp", log.read_text())):
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"opsbroker mcp --http did not start: {log.read_text()}")
+                await asyncio.sleep(0.05)
+            http = create_mcp_http_client(headers={"Authorization": "Bearer bench-token"})
+            async with (
+                http,
+                streamable_http_client(found.group(0), http_client=http) as (read, write),
+                ClientSession(read, write) as session,
+            ):
+                await session.initialize()
+                figures["MCP HTTP"] = await timed(session.call_tool)
+        finally:
+            process.terminate()
+            process.wait(15)
+        return figures
+
+    with tempfile.TemporaryDirectory() as tmp:
+        figures = asyncio.run(run(Path(tmp)))
+    for name in calls:
+        grpc_ms = figures["gRPC"][name] * 1e3
+        parts = [f"gRPC {grpc_ms:.2f} ms"]
+        for transport in ("MCP stdio", "MCP HTTP"):
+            ms = figures[transport][name] * 1e3
+            parts.append(f"{transport} {ms:.2f} ms ({ms / grpc_ms:.2f}x)")
+        print(f"mcp_latency {name}: " + ", ".join(parts), flush=True)
+
+
 for _ssh_benchmark in bench_ssh.BENCHMARKS.values():
     benchmark(_ssh_benchmark)
 

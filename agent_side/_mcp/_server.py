@@ -19,7 +19,7 @@ is sent, as the protocol says.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import mcp_types as types
@@ -37,7 +37,7 @@ from .._tool import AgentTool
 from ._results import call_tool_result, mcp_tool
 from ._stdio import stdio_transport
 
-__all__ = ["SERVER_NAME", "build_server", "serve_stdio"]
+__all__ = ["SERVER_NAME", "ToolsFor", "build_server", "serve_stdio"]
 
 SERVER_NAME = "opsbroker"
 """The name the server gives in ``initialize`` (clients show it)."""
@@ -81,8 +81,15 @@ class _Progress:
         await self._ctx.session.report_progress(count, None, text)
 
 
-def build_server(tools: Sequence[AgentTool[Any, Any]]) -> Server[Any]:
-    """An MCP server that lists ``tools`` and runs each call through the tool loop."""
+ToolsFor = Callable[[ServerRequestContext[Any]], Sequence[AgentTool[Any, Any]]]
+"""The tools one request's call runs with (over HTTP: those of the caller's principal)."""
+
+
+def build_server(
+    tools: Sequence[AgentTool[Any, Any]], *, tools_for: ToolsFor | None = None
+) -> Server[Any]:
+    """An MCP server that lists ``tools`` and runs each call through the tool loop, with
+    ``tools_for(ctx)`` when given (the same tools, on the caller's backend), else ``tools``."""
     listed = types.ListToolsResult(tools=[mcp_tool(tool) for tool in tools])
 
     async def list_tools(
@@ -101,7 +108,8 @@ def build_server(tools: Sequence[AgentTool[Any, Any]]) -> Server[Any]:
             ],
             stop_reason="toolUse",
         )
-        batch = await execute_tool_calls(tools, message, emit=_Progress(ctx))
+        running = tools if tools_for is None else tools_for(ctx)
+        batch = await execute_tool_calls(running, message, emit=_Progress(ctx))
         (result,) = batch.messages
         return call_tool_result(result)
 
