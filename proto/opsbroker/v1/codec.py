@@ -69,6 +69,8 @@ _KILL_TO_WIRE: dict[KillReason, pb.KillReason] = {
     KillReason.ABORTED: pb.KILL_REASON_ABORTED,
     KillReason.OUTPUT_LIMIT: pb.KILL_REASON_OUTPUT_LIMIT,
     KillReason.SHUTDOWN: pb.KILL_REASON_SHUTDOWN,
+    KillReason.KILLED: pb.KILL_REASON_KILLED,
+    KillReason.IDLE_TIMEOUT: pb.KILL_REASON_IDLE_TIMEOUT,
 }
 _KILL_FROM_WIRE = {wire: reason for reason, wire in _KILL_TO_WIRE.items()}
 
