@@ -86,6 +86,7 @@ class ProcessIO:
         self._trapped: set[int] = set()
         self._signals: asyncio.Queue[int] = asyncio.Queue()
         self._end: Callable[[int], None] | None = None
+        self._pending: int | None = None
 
     @property
     def stdin_closed(self) -> bool:
@@ -132,8 +133,12 @@ class ProcessIO:
         """Deliver ``signum``: queued if trapped, else the run ends with ``128 + signum``."""
         if signum in self._trapped:
             self._signals.put_nowait(signum)
-        elif signum not in IGNORED_BY_DEFAULT and self._end is not None:
+        elif signum in IGNORED_BY_DEFAULT or self._ended:
+            return
+        elif self._end is not None:
             self._end(128 + signum)
+        elif self._pending is None:  # the run has not begun: it ends as soon as it does
+            self._pending = 128 + signum
 
     def ended(self) -> None:
         """The run is over: writers waiting on a full pipe are told so."""
@@ -348,6 +353,8 @@ class CommandRunner:
         task = asyncio.create_task(_invoke(handler, context), name=f"scripted command {command!r}")
         if io is not None:
             io._end = end
+            if io._pending is not None:
+                end(io._pending)
         self._running.add(kill)
         remove_listener = None
         if signal is not None:
