@@ -49,6 +49,7 @@ from ._memory import MemoryPowerShell as MemoryPowerShell
 from ._memory import OpRecord as OpRecord
 from ._memory import SeedValue as SeedValue
 from ._memory import Symlink as Symlink
+from ._memory_processes import MemoryProcesses as MemoryProcesses
 from ._policy import DEFAULT_SANDBOX_READ as DEFAULT_SANDBOX_READ
 from ._policy import AuditPolicy as AuditPolicy
 from ._policy import CommandEnvCache as CommandEnvCache
@@ -144,6 +145,7 @@ __all__ = [
     "LineMatcher",
     "LsOperations",
     "MemoryPowerShell",
+    "MemoryProcesses",
     "NotADirectory",
     "NotFound",
     "NotRegularFile",
