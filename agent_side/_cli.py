@@ -65,11 +65,12 @@ class CliError(Exception):
         self.status = status
 
 
-def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
+def add_backend_arguments(parser: argparse.ArgumentParser, *, url_required: bool = True) -> None:
     """The URL and the options that say how to reach and authenticate to a backend."""
     parser.add_argument(
         "url",
         metavar="URL",
+        nargs=None if url_required else "?",
         help="backend: memory:, local:/ROOT, grpc://HOST:PORT, grpc+unix:///SOCK, ssh://USER@HOST:PORT",
     )
     auth = parser.add_argument_group("authentication")
