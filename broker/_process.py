@@ -92,6 +92,11 @@ IDLE_GRACE_S = 0.1
 READ_CHUNK = 256 * 1024
 """Bytes read from the pipe at a time: the most output the broker holds for one command."""
 
+LIVE_READ_CHUNK = 64 * 1024
+"""Bytes read at a time for a process that outlives a call, whose chunks are *kept* (in its
+output ring): ``os.read`` allocates the whole size and shrinks it to what came, and many kept
+chunks shrunk from 256 KiB fragment the heap (about 3x the rings' size in RSS, against 1x)."""
+
 PIPE_SIZE = 1024 * 1024
 """Kernel pipe buffer for the output pipe: fewer wake-ups for fast producers (Linux, best effort)."""
 
@@ -141,6 +146,7 @@ class _Run:
     kill_event: asyncio.Event = field(default_factory=asyncio.Event)
     finished: asyncio.Event = field(default_factory=asyncio.Event)
     last_activity: float = 0.0
+    read_chunk: int = READ_CHUNK
 
     @property
     def pid(self) -> int:
@@ -553,6 +559,7 @@ class ProcessManager:
         stdio = _Stdio.terminal(*pty) if pty is not None else _Stdio.pipes()
         run, stdin_fd = self._spawn(argv, cwd_fd, cwd, env, stdio)
         run.last_activity = asyncio.get_running_loop().time()
+        run.read_chunk = LIVE_READ_CHUNK
         self._runs.add(run)
         return LiveProcess(self, run, stdin_fd, tty=pty is not None)
 
@@ -722,7 +729,7 @@ class ProcessManager:
         loop = asyncio.get_running_loop()
         while True:
             try:
-                data = os.read(fd, READ_CHUNK)
+                data = os.read(fd, run.read_chunk)
             except BlockingIOError:
                 await _readable(fd)
                 continue
