@@ -180,12 +180,8 @@ def _connect_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 @asynccontextmanager
-async def open_tools(
-    args: argparse.Namespace,
-) -> AsyncIterator[tuple[Backend, list[AgentTool[Any, Any]]]]:
-    """Open the backend ``args.url`` names and the built-in tools over it; close it on exit."""
-    from .tools import create_all_tools
-
+async def open_backend(args: argparse.Namespace) -> AsyncIterator[Backend]:
+    """Open the backend ``args.url`` names (bounded by ``--connect-timeout``); close it on exit."""
     try:
         backend = connect(args.url, **_connect_options(args))
     except OpsError as exc:
@@ -206,11 +202,22 @@ async def open_tools(
         await backend.aclose()
         raise CliError(f"connect {args.url!r}: {exc}", EXIT_BACKEND) from None
     try:
+        yield backend
+    finally:
+        await backend.aclose()
+
+
+@asynccontextmanager
+async def open_tools(
+    args: argparse.Namespace,
+) -> AsyncIterator[tuple[Backend, list[AgentTool[Any, Any]]]]:
+    """Open the backend ``args.url`` names and the built-in tools over it; close it on exit."""
+    from .tools import create_all_tools
+
+    async with open_backend(args) as backend:
         root = backend.root
         cwd = root if args.cwd is None else posixpath.normpath(posixpath.join(root, args.cwd))
         yield backend, create_all_tools(cwd=cwd, operations=backend)
-    finally:
-        await backend.aclose()
 
 
 def run_command(name: str, main: Callable[[], Coroutine[Any, Any, int]]) -> int:

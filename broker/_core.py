@@ -33,6 +33,7 @@ from operations import (
     NotFound,
     OnData,
     OpsError,
+    ProcessPolicy,
     SearchMatch,
     ShellExec,
     TooLarge,
@@ -46,6 +47,7 @@ from . import _rg, _treewalk
 from ._dirfd import AtomicFile, errno_error
 from ._landlock import Ruleset
 from ._process import MINIMAL_ENV, ProcessManager
+from ._processes import ProcessTable
 from ._resolver import Root
 from ._shell import bash_argv, powershell_argv
 
@@ -201,6 +203,8 @@ class Broker:
             without one. The caller keeps ownership and closes it after :meth:`aclose`.
         exec_policy: the policy's ``[exec]`` table, for the limits every command runs under
             (``pids_max``, ``memory_max``, ``kill_grace``); ``None`` uses its defaults.
+        process_policy: the policy's ``[process]`` table, for processes that outlive a call
+            (:attr:`processes`); ``None`` uses its defaults.
     """
 
     def __init__(
@@ -213,6 +217,7 @@ class Broker:
         search_engine: str = "auto",
         sandbox: Ruleset | None = None,
         exec_policy: ExecPolicy | None = None,
+        process_policy: ProcessPolicy | None = None,
     ) -> None:
         self._root = Root(root, strategy=resolver)
         self._exec_policy = exec_policy if exec_policy is not None else ExecPolicy()
@@ -220,7 +225,9 @@ class Broker:
         self._max_read = max_read_bytes
         self._fsync = fsync
         self._use_rg = _rg.usable() if search_engine == "auto" else search_engine == "rg"
+        self._process_policy = process_policy if process_policy is not None else ProcessPolicy()
         self._processes: ProcessManager | None = None
+        self._table: ProcessTable | None = None
         self._threads: set[asyncio.Future[Any]] = set()
         self._closed = False
 
@@ -277,11 +284,21 @@ class Broker:
         if self._closed:
             return
         self._closed = True
+        if self._table is not None:
+            await self._table.aclose()
         if self._processes is not None:
             await self._processes.aclose()
         if self._threads:
             await asyncio.gather(*self._threads, return_exceptions=True)
         self._root.close()
+
+    @property
+    def processes(self) -> ProcessTable:
+        """Processes that outlive a call (:class:`~operations.GatedProcessOperations`): started
+        like ``exec``, kept in this core, killed by :meth:`aclose`."""
+        if self._table is None:
+            self._table = ProcessTable(self._process_policy, self._process_manager, self._open_cwd)
+        return self._table
 
     async def __aenter__(self) -> Self:
         return self
@@ -581,15 +598,8 @@ class Broker:
     ) -> ExecResult:
         manager = self._process_manager(op)
         argv = argv_builder(command)
+        cwd_fd, real_cwd = self._open_cwd(op, cwd, gate)
         try:
-            cwd_fd = self._root.open_dir(op, cwd, gate and gate.read)
-        except (NotFound, NotADirectory) as exc:
-            raise type(exc)(op, cwd, f"working directory: {exc.reason}") from None
-        try:
-            try:
-                real_cwd = os.readlink(f"/proc/self/fd/{cwd_fd}")
-            except OSError:
-                real_cwd = cwd
             result: ExecResult = await manager.exec(
                 argv,
                 cwd_fd=cwd_fd,
@@ -602,6 +612,18 @@ class Broker:
             return result
         finally:
             os.close(cwd_fd)
+
+    def _open_cwd(self, op: str, cwd: str, gate: Gate | None) -> tuple[int, str]:
+        """A command's working directory opened beneath the root (asking ``gate.read``), and
+        the path it really is (for error messages)."""
+        try:
+            cwd_fd = self._root.open_dir(op, cwd, gate and gate.read)
+        except (NotFound, NotADirectory) as exc:
+            raise type(exc)(op, cwd, f"working directory: {exc.reason}") from None
+        try:
+            return cwd_fd, os.readlink(f"/proc/self/fd/{cwd_fd}")
+        except OSError:
+            return cwd_fd, cwd
 
     def _process_manager(self, op: str) -> ProcessManager:
         if self._closed:

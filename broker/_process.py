@@ -46,6 +46,8 @@ import inspect
 import logging
 import os
 import signal as _signal
+import struct
+import termios
 import uuid
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -67,7 +69,7 @@ from operations import (
 from ._landlock import Ruleset, Sandbox
 from ._proctree import COOKIE_VAR, has_pidfd
 from ._signal_scope import signal_scope
-from ._tracker import POLL_FIRST_S, Tracker, Tree
+from ._tracker import POLL_FIRST_S, Tracker, Tree, signal_group
 from ._tracker_cgroup import CgroupTracker
 from ._tracker_proc import ProcTracker
 
@@ -76,7 +78,7 @@ try:
 except ImportError:  # a source tree that was never built; commands then fail with NATIVE_MISSING
     _native = None  # type: ignore[assignment]
 
-__all__ = ["ProcessCapabilities", "ProcessManager"]
+__all__ = ["LiveProcess", "ProcessCapabilities", "ProcessManager", "set_winsize"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -89,6 +91,11 @@ IDLE_GRACE_S = 0.1
 
 READ_CHUNK = 256 * 1024
 """Bytes read from the pipe at a time: the most output the broker holds for one command."""
+
+LIVE_READ_CHUNK = 64 * 1024
+"""Bytes read at a time for a process that outlives a call, whose chunks are *kept* (in its
+output ring): ``os.read`` allocates the whole size and shrinks it to what came, and many kept
+chunks shrunk from 256 KiB fragment the heap (about 3x the rings' size in RSS, against 1x)."""
 
 PIPE_SIZE = 1024 * 1024
 """Kernel pipe buffer for the output pipe: fewer wake-ups for fast producers (Linux, best effort)."""
@@ -129,16 +136,17 @@ class ProcessCapabilities:
 
 @dataclass(eq=False)
 class _Run:
-    """One running command: its leader, pipe, tree and why (if) it is being killed."""
+    """One running command: its leader, output fds, tree and why (if) it is being killed."""
 
     leader: _Leader
-    read_fd: int
+    read_fds: list[int]
     pidfd: int | None
     tree: Tree
     kill_reason: KillReason | None = None
     kill_event: asyncio.Event = field(default_factory=asyncio.Event)
     finished: asyncio.Event = field(default_factory=asyncio.Event)
     last_activity: float = 0.0
+    read_chunk: int = READ_CHUNK
 
     @property
     def pid(self) -> int:
@@ -170,6 +178,137 @@ class _Leader:
                 return None
             self.returncode = os.waitstatus_to_exitcode(status)
         return self.returncode
+
+
+@dataclass(eq=False)
+class _Stdio:
+    """The fds of one spawn: the child's stdin, stdout and stderr (closed in the broker once it
+    has them) and the broker's ends (output to read, stdin to write, ``-1`` for none)."""
+
+    child: tuple[int, int, int]
+    close_after: list[int]
+    read_fds: list[int]
+    stdin: int = -1
+    tty: bool = False
+
+    @classmethod
+    def merged(cls, devnull: int) -> _Stdio:
+        """``exec``: stdin at ``/dev/null``, stdout and stderr into one pipe."""
+        read_fd, write_fd = os.pipe()
+        with contextlib.suppress(OSError):
+            fcntl.fcntl(read_fd, _F_SETPIPE_SZ, PIPE_SIZE)
+        return cls((devnull, write_fd, write_fd), [write_fd], [read_fd])
+
+    @classmethod
+    def pipes(cls) -> _Stdio:
+        """A long-lived process: a stdin pipe, and stdout and stderr apart."""
+        fds: list[int] = []
+        try:
+            for _ in range(3):
+                fds += os.pipe()
+        except BaseException:
+            for fd in fds:
+                os.close(fd)
+            raise
+        in_r, in_w, out_r, out_w, err_r, err_w = fds
+        with contextlib.suppress(OSError):
+            fcntl.fcntl(out_r, _F_SETPIPE_SZ, PIPE_SIZE)
+        return cls((in_r, out_w, err_w), [in_r, out_w, err_w], [out_r, err_r], in_w)
+
+    @classmethod
+    def terminal(cls, cols: int, rows: int) -> _Stdio:
+        """A long-lived process on a new pseudo-terminal of ``cols`` x ``rows`` (its size set
+        before the child starts); the broker reads and writes the master side."""
+        master, slave = os.openpty()
+        try:
+            set_winsize(slave, cols, rows)
+            writer = os.dup(master)
+        except BaseException:
+            os.close(master)
+            os.close(slave)
+            raise
+        return cls((slave, slave, slave), [slave], [master], writer, tty=True)
+
+    def close_child(self) -> None:
+        for fd in self.close_after:
+            os.close(fd)
+        self.close_after = []
+
+    def close_parent(self) -> None:
+        for fd in (*self.read_fds, self.stdin):
+            if fd >= 0:
+                os.close(fd)
+        self.read_fds, self.stdin = [], -1
+
+
+def set_winsize(fd: int, cols: int, rows: int) -> None:
+    """Set the window size of the terminal ``fd`` (its foreground group gets ``SIGWINCH``)."""
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+
+
+class LiveProcess:
+    """A tree started by :meth:`ProcessManager.start`: it outlives the call that started it.
+
+    The owner runs :meth:`supervise` (the output pump and the one kill path) and owns
+    :attr:`stdin_fd` (non-blocking; for a PTY, a second fd on the terminal's master side).
+    """
+
+    __slots__ = ("_manager", "_run", "stdin_fd", "tty")
+
+    def __init__(self, manager: ProcessManager, run: _Run, stdin_fd: int, *, tty: bool) -> None:
+        self._manager = manager
+        self._run = run
+        self.stdin_fd = stdin_fd
+        self.tty = tty
+
+    @property
+    def pid(self) -> int:
+        return self._run.pid
+
+    @property
+    def read_fds(self) -> list[int]:
+        """The output fds: ``[stdout, stderr]`` for pipes, ``[master]`` for a PTY."""
+        return list(self._run.read_fds)
+
+    @property
+    def returncode(self) -> int | None:
+        """The leader's exit status once reaped (``-signal`` if a signal ended it)."""
+        return self._run.leader.returncode
+
+    def kill(self, reason: KillReason) -> None:
+        """Ask for the tree to be killed (the first reason wins); :meth:`supervise` returns."""
+        self._run.request_kill(reason)
+
+    def signal(self, sig: int) -> None:
+        """Send ``sig`` to the leader's process group and, on a PTY, to the terminal's
+        foreground group too (a job an interactive shell started)."""
+        run = self._run
+        if run.leader.returncode is not None:
+            return  # reaped: its pid (and group id) may name someone else now
+        if run.pidfd is not None:
+            signal_group(run.pidfd, sig)
+        else:
+            with contextlib.suppress(OSError):
+                os.killpg(run.pid, sig)
+        if self.tty and run.read_fds:
+            with contextlib.suppress(OSError):
+                group = os.tcgetpgrp(run.read_fds[0])
+                if group > 0 and group != run.pid:
+                    os.killpg(group, sig)
+
+    async def supervise(self, readers: Sequence[tuple[int, OnData]]) -> ExecResult:
+        """Pump each output fd to its callback until the tree has ended, then release it.
+
+        As :meth:`ProcessManager.exec`: ``ExecResult(code)`` when the leader exited (and the
+        rest of the tree was killed after its output went idle), ``ExecResult(None, reason)``
+        when it was killed. **Cancellation** kills the tree (``ABORTED``) first.
+        """
+        run = self._run
+        try:
+            return await self._manager._supervise(run, readers)
+        finally:
+            self._manager._runs.discard(run)
+            run.finished.set()
 
 
 NATIVE_MISSING = (
@@ -370,7 +509,7 @@ class ProcessManager:
         if signal is not None and signal.aborted:
             return ExecResult(None, signal.kill_reason)
         loop = asyncio.get_running_loop()
-        run = await self._spawn(argv, cwd_fd, cwd, env)
+        run, _ = self._spawn(argv, cwd_fd, cwd, env, _Stdio.merged(self._devnull()))
         run.last_activity = loop.time()
         self._runs.add(run)
         remove_listener: Callable[[], None] | None = None
@@ -384,7 +523,7 @@ class ProcessManager:
                 remove_listener = signal.add_listener(on_abort)
             if timeout is not None:
                 timer = loop.call_later(timeout, run.request_kill, KillReason.TIMEOUT)
-            return await self._supervise(run, on_data)
+            return await self._supervise(run, [(run.read_fds[0], on_data)])
         finally:
             if timer is not None:
                 timer.cancel()
@@ -392,6 +531,37 @@ class ProcessManager:
                 remove_listener()
             self._runs.discard(run)
             run.finished.set()
+
+    def start(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd_fd: int,
+        cwd: str,
+        env: Mapping[str, str] | None = None,
+        pty: tuple[int, int] | None = None,
+    ) -> LiveProcess:
+        """Start ``argv`` as a tracked tree that outlives the call: with a stdin pipe and separate
+        stdout and stderr pipes, or with a pseudo-terminal of ``pty`` = (cols, rows) cells as
+        its controlling terminal (one output stream).
+
+        The caller runs :meth:`LiveProcess.supervise` at once (it reads the output and ends when
+        the tree does) and owns :attr:`LiveProcess.stdin_fd`. The same sandbox, tracking and kill
+        path as :meth:`exec`; :meth:`aclose` kills it too (``KillReason.SHUTDOWN``).
+
+        Raises:
+            the errors of :meth:`exec`'s start.
+        """
+        if self._closing:
+            raise Unavailable("exec", None, "Cannot run a command: the process manager is closed.")
+        if not argv:
+            raise InvalidArgument("exec", None, "empty argv")
+        stdio = _Stdio.terminal(*pty) if pty is not None else _Stdio.pipes()
+        run, stdin_fd = self._spawn(argv, cwd_fd, cwd, env, stdio)
+        run.last_activity = asyncio.get_running_loop().time()
+        run.read_chunk = LIVE_READ_CHUNK
+        self._runs.add(run)
+        return LiveProcess(self, run, stdin_fd, tty=pty is not None)
 
     async def aclose(self) -> None:
         """Kill every running command (``KillReason.SHUTDOWN``) and release the cgroups.
@@ -419,16 +589,22 @@ class ProcessManager:
 
     # -- spawning -------------------------------------------------------------------------------
 
-    async def _spawn(
-        self, argv: Sequence[str], cwd_fd: int | None, cwd: str, env: Mapping[str, str] | None
-    ) -> _Run:
+    def _spawn(
+        self,
+        argv: Sequence[str],
+        cwd_fd: int | None,
+        cwd: str,
+        env: Mapping[str, str] | None,
+        stdio: _Stdio,
+    ) -> tuple[_Run, int]:
         """Start the command, tracked (its tree) and scoped before any of its own code runs.
 
         :mod:`broker._spawn` creates the child inside the command's cgroup v2 group (clone3
         with CLONE_INTO_CGROUP, else vfork and a write to ``cgroup.procs``) and, in the child,
         enters the v1 limit groups, a new session and its own Landlock domain, then execs: nothing
         runs untracked or unscoped, and nothing of the broker enters the domain. The files it
-        needs are opened here first.
+        needs are opened here first. Returns the run and the broker's end of its stdin (``-1``
+        for ``/dev/null``).
         """
         if _native is None:
             raise Unavailable("exec", None, NATIVE_MISSING)
@@ -437,9 +613,6 @@ class ProcessManager:
         child_env.update(self._sandbox_env)  # the only temp dir a sandboxed command can write
         child_env[COOKIE_VAR] = cookie
         environ = _encode_env(child_env)
-        read_fd, write_fd = os.pipe()
-        with contextlib.suppress(OSError):
-            fcntl.fcntl(read_fd, _F_SETPIPE_SZ, PIPE_SIZE)
         opened: list[int] = []
         tree: Tree | None = None
         try:
@@ -454,8 +627,10 @@ class ProcessManager:
                 _executables(argv[0], child_env),
                 [os.fsencode(arg) for arg in argv],
                 environ,
-                stdin_fd=self._devnull(),
-                stdout_fd=write_fd,
+                stdin_fd=stdio.child[0],
+                stdout_fd=stdio.child[1],
+                stderr_fd=stdio.child[2],
+                controlling_tty=stdio.tty,
                 cwd_fd=cwd_fd,
                 cgroup_fds=procs,
                 cgroup_dir_fd=group_fd,
@@ -463,21 +638,24 @@ class ProcessManager:
                 no_new_privs=no_new_privs,
             )
         except BaseException as e:
-            os.close(read_fd)
+            stdio.close_parent()
             if tree is not None:
                 tree.discard()
             raise _spawn_error(e, argv, cwd) from e
         finally:
-            os.close(write_fd)
+            stdio.close_child()
             for fd in opened:
                 os.close(fd)
-        os.set_blocking(read_fd, False)
+        for fd in (*stdio.read_fds, stdio.stdin):
+            if fd >= 0:
+                os.set_blocking(fd, False)
         pidfd = None
         if self._pidfd:
             with contextlib.suppress(OSError):
                 pidfd = os.pidfd_open(pid)
         tree.started(pid, pidfd)
-        return _Run(leader=_Leader(pid), read_fd=read_fd, pidfd=pidfd, tree=tree)
+        run = _Run(leader=_Leader(pid), read_fds=list(stdio.read_fds), pidfd=pidfd, tree=tree)
+        return run, stdio.stdin
 
     def _devnull(self) -> int:
         if self._null_fd < 0:
@@ -486,8 +664,8 @@ class ProcessManager:
 
     # -- supervising ----------------------------------------------------------------------------
 
-    async def _supervise(self, run: _Run, on_data: OnData) -> ExecResult:
-        pump = asyncio.create_task(self._pump(run, on_data))
+    async def _supervise(self, run: _Run, readers: Sequence[tuple[int, OnData]]) -> ExecResult:
+        pump = asyncio.create_task(self._pump_all(run, readers))
         exited = asyncio.create_task(self._wait_exit(run))
         error: BaseException | None = None
         cancelled = False
@@ -534,8 +712,15 @@ class ProcessManager:
         finally:
             killed.cancel()
 
-    async def _pump(self, run: _Run, on_data: OnData) -> None:
-        """Read the pipe in bounded chunks and deliver them, until EOF.
+    async def _pump_all(self, run: _Run, readers: Sequence[tuple[int, OnData]]) -> None:
+        if len(readers) == 1:
+            await self._pump(run, *readers[0])
+            return
+        await asyncio.gather(*(self._pump(run, fd, on_data) for fd, on_data in readers))
+
+    async def _pump(self, run: _Run, fd: int, on_data: OnData) -> None:
+        """Read ``fd`` in bounded chunks and deliver them, until EOF (or, for a terminal, EIO
+        once every holder of its slave side has gone).
 
         The output limit is the policy's (``exec.max_output_bytes``, enforced by
         :class:`~operations.GuardedBackend` for every backend): ``on_data`` aborts the signal with
@@ -544,9 +729,9 @@ class ProcessManager:
         loop = asyncio.get_running_loop()
         while True:
             try:
-                data = os.read(run.read_fd, READ_CHUNK)
+                data = os.read(fd, run.read_chunk)
             except BlockingIOError:
-                await _readable(run.read_fd)
+                await _readable(fd)
                 continue
             except OSError:
                 return
@@ -581,7 +766,8 @@ class ProcessManager:
                 await pump
             await exited
         finally:
-            os.close(run.read_fd)
+            for fd in run.read_fds:
+                os.close(fd)
             if run.pidfd is not None:
                 os.close(run.pidfd)
             await run.tree.release()

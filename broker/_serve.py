@@ -236,6 +236,7 @@ class BrokerServer:
                     str(config.root),
                     sandbox=sandbox,
                     exec_policy=policy.exec if policy is not None else None,
+                    process_policy=policy.process if policy is not None else None,
                 )
             elif sandbox is not None and hasattr(self._backend, "use_sandbox"):
                 # A core handed in runs its commands in the policy's sandbox too (never bare).

@@ -2,7 +2,8 @@
  * broker._spawn: start a command already tracked and confined, with no trampoline.
  *
  * vfork(), then in the child, using only system calls: write "0" to each given cgroup.procs (the
- * child moves itself, before it can fork), setsid(), stdin/stdout/stderr, fchdir() to the working
+ * child moves itself, before it can fork), setsid(), stdin/stdout/stderr (and, for a terminal,
+ * TIOCSCTTY: it becomes the session's controlling terminal), fchdir() to the working
  * directory, mark every other fd close-on-exec, enter the Landlock domain, execve(). The parent
  * opened every file beforehand, so nothing in the child resolves a path but execve. A failed step
  * is reported through a close-on-exec pipe and the child exits; the parent reaps it and raises.
@@ -26,6 +27,7 @@
 #include <signal.h>
 #include <string.h>
 #include <stdint.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -74,10 +76,10 @@ enum { CLONE3_UNTRIED, CLONE3_WORKS, CLONE3_REFUSED, CLONE3_DISABLED };
 static int clone3_state = HAVE_CLONE3_TRAMPOLINE ? CLONE3_UNTRIED : CLONE3_REFUSED;
 
 enum step { STEP_SIGNALS = 1, STEP_CGROUP, STEP_SESSION, STEP_FDS, STEP_CWD, STEP_NNP,
-            STEP_LANDLOCK, STEP_EXEC };
+            STEP_LANDLOCK, STEP_TTY, STEP_EXEC };
 
 static const char *const step_names[] = {
-    "", "signals", "cgroup", "setsid", "fds", "cwd", "no_new_privs", "landlock", "exec",
+    "", "signals", "cgroup", "setsid", "fds", "cwd", "no_new_privs", "landlock", "tty", "exec",
 };
 
 struct spawn_args {
@@ -88,6 +90,7 @@ struct spawn_args {
     int cgroup_fds[MAX_CGROUPS + 1]; /* + the v2 group's cgroup.procs on the vfork path */
     int n_cgroups;
     int ruleset_fd, no_new_privs;
+    int controlling_tty; /* stdin is a terminal slave: make it the new session's controlling tty */
     sigset_t mask; /* the caller's signal mask, restored just before execve */
     int errfd;     /* the error pipe's write end */
 };
@@ -138,6 +141,8 @@ static _Noreturn void child(const struct spawn_args *a, int errfd)
         fail(errfd, STEP_FDS, errno);
     if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0)
         fail(errfd, STEP_FDS, errno);
+    if (a->controlling_tty && ioctl(0, TIOCSCTTY, 0) != 0)
+        fail(errfd, STEP_TTY, errno);
     if (a->cwd_fd >= 0 && fchdir(a->cwd_fd) < 0)
         fail(errfd, STEP_CWD, errno);
     if (syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) != 0) {
@@ -362,29 +367,31 @@ static pid_t start_child(struct spawn_args *a, int cgroup_dir_fd, int *step)
 
 PyDoc_STRVAR(spawn_doc,
 "spawn(executables, argv, env, *, stdin_fd, stdout_fd, stderr_fd=-1, cwd_fd=-1, cgroup_fds=(),\n"
-"      cgroup_dir_fd=-1, ruleset_fd=-1, no_new_privs=False) -> int\n\n"
+"      cgroup_dir_fd=-1, ruleset_fd=-1, no_new_privs=False, controlling_tty=False) -> int\n\n"
 "Start argv[0] (trying each of `executables`) in a new session, in the given cgroups and Landlock\n"
 "ruleset, and return its pid once it has exec'd; stderr goes with stdout unless given.\n"
 "cgroup_dir_fd, a cgroup v2 directory (O_PATH is enough), is entered at creation by\n"
 "clone3(CLONE_INTO_CGROUP) where the kernel allows, else by a write to its cgroup.procs;\n"
-"cgroup_fds are cgroup.procs files the child writes itself into. Raises OSError whose filename\n"
-"names the step that failed: cgroup, setsid, fds, cwd, no_new_privs, landlock, exec (or\n"
+"cgroup_fds are cgroup.procs files the child writes itself into. controlling_tty makes stdin (a\n"
+"terminal) the new session's controlling terminal. Raises OSError whose filename names the\n"
+"step that failed: cgroup, setsid, fds, tty, cwd, no_new_privs, landlock, exec (or\n"
 "signals); None if the process could not be created at all.");
 
 static PyObject *spawn(PyObject *Py_UNUSED(module), PyObject *args, PyObject *kwargs)
 {
     static char *kwlist[] = {"executables", "argv",       "env",           "stdin_fd",
                              "stdout_fd",   "stderr_fd",  "cwd_fd",        "cgroup_fds",
-                             "cgroup_dir_fd", "ruleset_fd", "no_new_privs", NULL};
+                             "cgroup_dir_fd", "ruleset_fd", "no_new_privs", "controlling_tty",
+                             NULL};
     PyObject *py_exes, *py_argv, *py_env, *py_cgroups = NULL;
     struct spawn_args a;
     int cgroup_dir_fd = -1;
     memset(&a, 0, sizeof a);
     a.ruleset_fd = a.cwd_fd = a.stdin_fd = a.stdout_fd = a.stderr_fd = -1;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO|$iiiiOiip", kwlist, &py_exes, &py_argv,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO|$iiiiOiipp", kwlist, &py_exes, &py_argv,
                                      &py_env, &a.stdin_fd, &a.stdout_fd, &a.stderr_fd, &a.cwd_fd,
                                      &py_cgroups, &cgroup_dir_fd, &a.ruleset_fd,
-                                     &a.no_new_privs))
+                                     &a.no_new_privs, &a.controlling_tty))
         return NULL;
     if (a.stderr_fd < 0)
         a.stderr_fd = a.stdout_fd;

@@ -14,6 +14,7 @@ def spawn(
     cgroup_dir_fd: int = -1,
     ruleset_fd: int = -1,
     no_new_privs: bool = False,
+    controlling_tty: bool = False,
 ) -> int:
     """Start ``argv`` in a new session, its cgroups and Landlock domain; return its pid.
 
@@ -21,9 +22,11 @@ def spawn(
     directory, ``O_PATH`` is enough) is entered as the process is created, by
     ``clone3(CLONE_INTO_CGROUP)`` where the kernel allows, else by a write to its ``cgroup.procs``
     in the child; ``cgroup_fds`` are ``cgroup.procs`` files the child writes itself into.
+    ``controlling_tty``: ``stdin_fd`` is a terminal (a PTY's slave) that becomes the new
+    session's controlling terminal (``TIOCSCTTY``), so job control and ``^C`` work inside.
 
     Raises:
-        OSError: a step failed; ``filename`` names it (``cgroup``, ``setsid``, ``fds``, ``cwd``,
+        OSError: a step failed; ``filename`` names it (``cgroup``, ``setsid``, ``fds``, ``tty``, ``cwd``,
             ``no_new_privs``, ``landlock``, ``exec``, ``signals``), or is None when no process
             could be created at all.
     """

@@ -49,6 +49,7 @@ from ._memory import MemoryPowerShell as MemoryPowerShell
 from ._memory import OpRecord as OpRecord
 from ._memory import SeedValue as SeedValue
 from ._memory import Symlink as Symlink
+from ._memory_processes import MemoryProcesses as MemoryProcesses
 from ._policy import DEFAULT_SANDBOX_READ as DEFAULT_SANDBOX_READ
 from ._policy import AuditPolicy as AuditPolicy
 from ._policy import CommandEnvCache as CommandEnvCache
@@ -57,10 +58,18 @@ from ._policy import ExecPolicy as ExecPolicy
 from ._policy import Policy as Policy
 from ._policy import PolicyEnforcer as PolicyEnforcer
 from ._policy import PolicyError as PolicyError
+from ._policy import ProcessPolicy as ProcessPolicy
 from ._policy import SandboxPolicy as SandboxPolicy
 from ._policy import build_command_env as build_command_env
 from ._policy import glob_matches as glob_matches
 from ._policy import load_policy as load_policy
+from ._processes import GatedProcessOperations as GatedProcessOperations
+from ._processes import ProcessInfo as ProcessInfo
+from ._processes import ProcessOperations as ProcessOperations
+from ._processes import ProcessOutput as ProcessOutput
+from ._processes import ProcessState as ProcessState
+from ._processes import PtySize as PtySize
+from ._processes import Stream as Stream
 from ._protocols import Backend as Backend
 from ._protocols import BashOperations as BashOperations
 from ._protocols import EditOperations as EditOperations
@@ -126,6 +135,7 @@ __all__ = [
     "FindOperations",
     "Gate",
     "GatedBackend",
+    "GatedProcessOperations",
     "GrepOperations",
     "GuardedBackend",
     "InMemoryOperations",
@@ -135,6 +145,7 @@ __all__ = [
     "LineMatcher",
     "LsOperations",
     "MemoryPowerShell",
+    "MemoryProcesses",
     "NotADirectory",
     "NotFound",
     "NotRegularFile",
@@ -148,11 +159,18 @@ __all__ = [
     "PolicyEnforcer",
     "PolicyError",
     "PowerShellOperations",
+    "ProcessInfo",
+    "ProcessOperations",
+    "ProcessOutput",
+    "ProcessPolicy",
+    "ProcessState",
+    "PtySize",
     "ReadOperations",
     "SandboxPolicy",
     "SearchMatch",
     "SeedValue",
     "ShellExec",
+    "Stream",
     "Symlink",
     "Timeout",
     "TooLarge",

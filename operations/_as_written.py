@@ -18,8 +18,15 @@ from typing import Literal, Self
 
 from ._abort import AbortSignal
 from ._chunked import read_chunks, read_small, write_chunks
-from ._errors import OpsError
+from ._errors import OpsError, Unavailable
 from ._gate import MAX_TREE_CHECK, Gate
+from ._processes import (
+    GatedProcessOperations,
+    ProcessInfo,
+    ProcessOperations,
+    ProcessOutput,
+    PtySize,
+)
 from ._protocols import Backend, PowerShellOperations
 from ._types import DirEntry, ExecResult, FileKind, FileStat, OnData, SearchMatch
 
@@ -54,6 +61,12 @@ class AsWritten:
     @property
     def powershell(self) -> PowerShellOperations:
         return self.inner.powershell
+
+    @property
+    def processes(self) -> GatedProcessOperations:
+        """The inner backend's processes (its broker knows the caller; ``owner`` is not sent),
+        with ``start``'s cwd asked about as written."""
+        return _WrittenProcesses(self)
 
     def _rel(self, path: str) -> str | None:
         return relative(self.inner.root, path)
@@ -277,3 +290,59 @@ class AsWritten:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+class _WrittenProcesses:
+    """:class:`~operations.GatedProcessOperations` over a backend that owns its processes itself."""
+
+    def __init__(self, backend: AsWritten) -> None:
+        self._backend = backend
+
+    def _inner(self, op: str) -> ProcessOperations:
+        processes = getattr(self._backend.inner, "processes", None)
+        if not isinstance(processes, ProcessOperations):
+            raise Unavailable(op, None, "this backend does not keep processes that outlive a call")
+        return processes
+
+    async def start(
+        self,
+        command: str,
+        cwd: str,
+        *,
+        env: Mapping[str, str] | None = None,
+        pty: PtySize | None = None,
+        timeout: float | None = None,
+        idle_timeout: float | None = None,
+        owner: str | None = None,
+        gate: Gate | None = None,
+    ) -> ProcessInfo:
+        self._backend._read(gate, cwd)
+        return await self._inner("start_process").start(
+            command, cwd, env=env, pty=pty, timeout=timeout, idle_timeout=idle_timeout
+        )
+
+    def attach(
+        self, id: str, *, from_offset: int = 0, owner: str | None = None
+    ) -> AsyncIterator[ProcessOutput]:
+        return self._inner("attach_process").attach(id, from_offset=from_offset)
+
+    async def write_stdin(self, id: str, data: bytes, *, owner: str | None = None) -> None:
+        await self._inner("write_stdin").write_stdin(id, data)
+
+    async def close_stdin(self, id: str, *, owner: str | None = None) -> None:
+        await self._inner("close_stdin").close_stdin(id)
+
+    async def signal(self, id: str, signal: int, *, owner: str | None = None) -> None:
+        await self._inner("signal_process").signal(id, signal)
+
+    async def resize(self, id: str, cols: int, rows: int, *, owner: str | None = None) -> None:
+        await self._inner("resize_process").resize(id, cols, rows)
+
+    async def list_processes(self, *, owner: str | None = None) -> list[ProcessInfo]:
+        return await self._inner("list_processes").list_processes()
+
+    async def wait(self, id: str, *, owner: str | None = None) -> ProcessInfo:
+        return await self._inner("wait_process").wait(id)
+
+    async def kill(self, id: str, *, owner: str | None = None) -> ProcessInfo:
+        return await self._inner("kill_process").kill(id)

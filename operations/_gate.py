@@ -17,6 +17,7 @@ from typing import Literal, Protocol, runtime_checkable
 from ._abort import AbortSignal
 from ._errors import PolicyDenied
 from ._policy import PolicyEnforcer
+from ._processes import GatedProcessOperations
 from ._protocols import Backend
 from ._types import DirEntry, ExecResult, FileStat, OnData, SearchMatch
 
@@ -105,6 +106,11 @@ class GatedBackend(Backend, Protocol):
     """
 
     decides_on_resolved_paths: Literal[True]
+
+    @property
+    def processes(self) -> GatedProcessOperations:
+        """Processes that outlive a call, each call naming its owner (and ``start`` its gate)."""
+        ...
 
     async def read_file(self, path: str, *, gate: Gate | None = None) -> bytes: ...
 

@@ -36,7 +36,9 @@ from ._abort import AbortController, AbortSignal
 from ._as_written import AsWritten, relative
 from ._errors import EscapesRoot, OpsError, PolicyDenied, TooLarge, Unavailable
 from ._gate import Gate, GatedBackend
+from ._guarded_processes import GuardedProcesses
 from ._policy import CommandEnvCache, Policy, PolicyEnforcer
+from ._processes import ProcessOperations
 from ._protocols import Backend, PowerShellOperations
 from ._shell_exec import ShellExec
 from ._types import DirEntry, ExecResult, FileStat, KillReason, OnData, SearchMatch
@@ -117,6 +119,7 @@ class GuardedBackend:
         self._env = CommandEnvCache(parent_env)
         self._close_inner = close_inner
         self._powershell = ShellExec(functools.partial(self._exec, "powershell"))
+        self._processes: GuardedProcesses | None = None
 
     # -- plumbing ------------------------------------------------------------------------------
 
@@ -127,6 +130,20 @@ class GuardedBackend:
     @property
     def powershell(self) -> PowerShellOperations:
         return self._powershell
+
+    @property
+    def processes(self) -> ProcessOperations:
+        """The backend's processes that outlive a call, checked and audited
+        (:class:`~operations._guarded_processes.GuardedProcesses`), owned by this principal."""
+        if self._processes is None:
+            owner = str(self._who["principal"])
+            self._processes = GuardedProcesses(self, self._ops.processes, owner)
+        return self._processes
+
+    def command_as_audited(self, command: str) -> str:
+        """A command as the audit records it: its text, or its SHA-256 when
+        ``audit.log_commands`` is off."""
+        return command if self.policy.audit.log_commands else _digest(command)
 
     def relative(self, path: str) -> str | None:
         """``path`` relative to the root, normalised; ``None`` if it lies outside the root."""
@@ -363,7 +380,7 @@ class GuardedBackend:
         env: Mapping[str, str] | None,
     ) -> ExecResult:
         op = "exec" if shell == "bash" else "exec_powershell"
-        shown = command if self.policy.audit.log_commands else _digest(command)
+        shown = self.command_as_audited(command)
         async with self._audited(op, cwd, command=shown, timeout=timeout) as entry:
             enforced = self.enforcer.check_exec(op, cwd, shell, timeout)
             entry.set(timeout=enforced)

@@ -43,7 +43,9 @@ from ._errors import (
     Unavailable,
 )
 from ._gate import MAX_TREE_CHECK, Gate
+from ._memory_processes import MemoryProcesses
 from ._mime import SNIFF_BYTES, sniff_image_mime_type
+from ._policy import ProcessPolicy
 from ._runner import CommandRunner
 from ._search import LineMatcher, search_file, search_tree
 from ._timeout import check_timeout
@@ -133,7 +135,8 @@ class InMemoryOperations:
         max_read_bytes / max_write_bytes: TooLarge above these sizes (``None``: no limit).
         max_output_bytes: a command that outputs more is killed (``KillReason.OUTPUT_LIMIT``).
         time_scale: multiplies scripted sleeps and timeouts (see ``_runner``).
-        clock: the source of modification times.
+        clock: the source of modification times (and of a started process's ``started_at``).
+        process_policy: the ``[process]`` limits of :attr:`processes` (default: the policy's).
 
     Every method takes an optional ``gate`` (:class:`~operations.Gate`), asked with the
     root-relative path the call resolved (links followed) before it is used, as the broker core
@@ -152,6 +155,7 @@ class InMemoryOperations:
         max_output_bytes: int | None = None,
         time_scale: float = 1.0,
         clock: Callable[[], float] = time.time,
+        process_policy: ProcessPolicy | None = None,
     ) -> None:
         self.vfs = VirtualTree(root, clock=clock)
         self.max_read_bytes = max_read_bytes
@@ -159,6 +163,7 @@ class InMemoryOperations:
         self.max_output_bytes = max_output_bytes
         self.commands = CommandRunner(self, shell="bash", time_scale=time_scale)
         self._powershell = MemoryPowerShell(self, time_scale=time_scale)
+        self._processes = MemoryProcesses(self, process_policy or ProcessPolicy())
         self.log: list[OpRecord] = []
         self._closed = False
         if files:
@@ -253,7 +258,16 @@ class InMemoryOperations:
     def powershell(self) -> MemoryPowerShell:
         return self._powershell
 
+    @property
+    def processes(self) -> MemoryProcesses:
+        """Processes that outlive a call: scripted commands run in the background
+        (:mod:`operations._memory_processes`)."""
+        return self._processes
+
     # -- bookkeeping --------------------------------------------------------------------------
+
+    def _note(self, op: str, path: str, outcome: str, detail: str | None = None) -> None:
+        self.log.append(OpRecord(op, path, outcome, detail))
 
     @contextmanager
     def _op(self, op: str, path: str, detail: str | None = None) -> Iterator[None]:
@@ -726,6 +740,7 @@ class InMemoryOperations:
         if self._closed:
             return
         self._closed = True
+        await self._processes.aclose()
         await self.commands.shutdown()
         await self._powershell.commands.shutdown()
 

@@ -259,6 +259,36 @@ class SandboxPolicy(_Section):
     _absolute_write = field_validator("write")(_check_absolute)
 
 
+class ProcessPolicy(_Section):
+    """Processes that outlive a call (``ProcessOperations``): how many, how long, how much of their
+    output is kept, and how long a finished one's record stays."""
+
+    max_per_principal: Annotated[int, Field(gt=0)] = Field(
+        default=16, description="Running processes one principal may have at once."
+    )
+    max_total: Annotated[int, Field(gt=0)] = Field(
+        default=64, description="Running processes the whole broker may have at once."
+    )
+    ring_bytes: Annotated[int, Field(gt=0)] = Field(
+        default=1 * MiB,
+        description="Output kept per process for replay; an attach from further back is told "
+        "how many bytes were dropped.",
+    )
+    max_lifetime: Annotated[float, Field(gt=0)] = Field(
+        default=86400.0,
+        description="Seconds a process may live (a caller may ask for less, not more).",
+    )
+    idle_timeout: Annotated[float, Field(gt=0)] | None = Field(
+        default=None,
+        description="Seconds a process may go without output before it is killed "
+        "(idle_timeout); none by default (a server may be quiet). A caller may ask for less.",
+    )
+    retention: Annotated[float, Field(ge=0)] = Field(
+        default=3600.0,
+        description="Seconds a finished process's record and output stay for wait and attach.",
+    )
+
+
 class AuditPolicy(_Section):
     """The audit trail."""
 
@@ -309,6 +339,9 @@ class Policy(_Section):
         default=64 * MiB, description="Largest content `write_file` accepts."
     )
     exec: ExecPolicy = Field(default_factory=ExecPolicy, description="Shell commands.")
+    process: ProcessPolicy = Field(
+        default_factory=ProcessPolicy, description="Processes that outlive a call."
+    )
     env: EnvPolicy = Field(default_factory=EnvPolicy, description="Command environment.")
     sandbox: SandboxPolicy = Field(default_factory=SandboxPolicy, description="Kernel sandbox.")
     audit: AuditPolicy = Field(default_factory=AuditPolicy, description="Audit trail.")

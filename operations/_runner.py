@@ -24,6 +24,13 @@ run), and ``exec`` returns ``ExecResult(None, KillReason.X)``; a cancelled calle
 event loop, so even a handler that only emits can be killed. ``time_scale`` multiplies both
 ``ctx.sleep`` and timeouts, so a script written in seconds runs in milliseconds with the same
 outcome (``time_scale=0.001``).
+
+A started process (:mod:`operations._memory_processes`) is the same run in the background, given
+a :class:`ProcessIO`: ``ctx.read()`` reads its stdin (``b""`` at end of input; an ``exec`` has
+none, as with ``/dev/null``), and a signal ends it with exit code ``128 + n`` as bash reports,
+unless the handler traps it (``ctx.trap``) and takes it with ``ctx.next_signal()``. A bare
+``cat`` that no registration matches is built in: it copies stdin to its output until stdin is
+closed.
 """
 
 from __future__ import annotations
@@ -31,14 +38,113 @@ from __future__ import annotations
 import asyncio
 import inspect
 import re
+import signal as signals
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from ._abort import AbortSignal
+from ._errors import InvalidArgument
+from ._processes import PtySize
 from ._types import ExecResult, KillReason, OnData
 
-__all__ = ["CommandContext", "CommandRunner", "Handler", "Matcher"]
+__all__ = ["CommandContext", "CommandRunner", "Handler", "Matcher", "ProcessIO"]
+
+PIPE_BYTES = 64 * 1024
+"""What a started process's stdin holds before ``write_stdin`` waits (Linux's pipe size)."""
+
+IGNORED_BY_DEFAULT = frozenset(
+    {
+        signals.SIGCHLD,
+        signals.SIGCONT,
+        signals.SIGURG,
+        signals.SIGWINCH,
+        # A scripted process cannot be stopped; the stop signals are ignored.
+        signals.SIGSTOP,
+        signals.SIGTSTP,
+        signals.SIGTTIN,
+        signals.SIGTTOU,
+    }
+)
+"""Signals that do not end a process that has not trapped them."""
+
+
+class ProcessIO:
+    """What a started process has beyond an ``exec``: a stdin pipe, signals and a terminal.
+
+    ``write`` waits while the pipe holds :data:`PIPE_BYTES`; once the run has ended, ``write``
+    raises :class:`~operations.InvalidArgument`, as it does after ``close``.
+    """
+
+    def __init__(self, op_id: str, *, pty: PtySize | None = None) -> None:
+        self.id = op_id
+        self.pty = pty
+        self._buffer = bytearray()
+        self._closed = False
+        self._ended = False
+        self._changed = asyncio.Event()
+        self._trapped: set[int] = set()
+        self._signals: asyncio.Queue[int] = asyncio.Queue()
+        self._end: Callable[[int], None] | None = None
+        self._pending: int | None = None
+
+    @property
+    def stdin_closed(self) -> bool:
+        return self._closed or self._ended
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def write(self, data: bytes) -> None:
+        """Append ``data`` to stdin, waiting while the pipe is full."""
+        view = memoryview(data)
+        while True:
+            if self._ended:
+                raise InvalidArgument("write_stdin", self.id, "the process has ended")
+            if self._closed:
+                raise InvalidArgument("write_stdin", self.id, "stdin was closed (close_stdin)")
+            room = PIPE_BYTES - len(self._buffer)
+            if room > 0:
+                self._buffer += view[:room]
+                view = view[room:]
+                self._notify()
+            if not view:
+                return
+            await self._changed.wait()
+
+    def close(self) -> None:
+        """End of input: the reader gets ``b""`` once the pipe is empty."""
+        self._closed = True
+        self._notify()
+
+    async def read(self, size: int = PIPE_BYTES) -> bytes:
+        """Up to ``size`` bytes of stdin, waiting for some; ``b""`` once closed and drained."""
+        while not self._buffer:
+            if self._closed:
+                return b""
+            await self._changed.wait()
+        data = bytes(self._buffer[:size])
+        del self._buffer[:size]
+        self._notify()
+        return data
+
+    def signal(self, signum: int) -> None:
+        """Deliver ``signum``: queued if trapped, else the run ends with ``128 + signum``."""
+        if signum in self._trapped:
+            self._signals.put_nowait(signum)
+        elif signum in IGNORED_BY_DEFAULT or self._ended:
+            return
+        elif self._end is not None:
+            self._end(128 + signum)
+        elif self._pending is None:  # the run has not begun: it ends as soon as it does
+            self._pending = 128 + signum
+
+    def ended(self) -> None:
+        """The run is over: writers waiting on a full pipe are told so."""
+        self._ended = True
+        self._notify()
+
 
 Matcher = str | re.Pattern[str] | Callable[[str], bool]
 """What a registration matches: an exact command, a pattern (fullmatch), or a predicate."""
@@ -56,6 +162,28 @@ class CommandContext:
     backend: Any
     _emit: Callable[[bytes], Awaitable[None]] = field(repr=False)
     _time_scale: float = field(repr=False, default=1.0)
+    _io: ProcessIO | None = field(repr=False, default=None)
+
+    @property
+    def terminal(self) -> PtySize | None:
+        """The terminal size of a process started with a PTY (it follows ``resize``)."""
+        return self._io.pty if self._io is not None else None
+
+    async def read(self, size: int = PIPE_BYTES) -> bytes:
+        """Up to ``size`` bytes of stdin; ``b""`` at end of input (always, for an ``exec``)."""
+        return b"" if self._io is None else await self._io.read(size)
+
+    def trap(self, *signums: int) -> None:
+        """Handle these signals instead of ending on them (``SIGKILL`` cannot be trapped)."""
+        if self._io is not None:
+            self._io._trapped.update(s for s in signums if s != signals.SIGKILL)
+
+    async def next_signal(self) -> int:
+        """Wait for the next trapped signal (for an ``exec``: never)."""
+        if self._io is None:
+            await asyncio.Event().wait()
+        assert self._io is not None
+        return await self._io._signals.get()
 
     async def emit(self, data: bytes | str) -> None:
         """Send output (``str`` is encoded as UTF-8); waits for a slow consumer."""
@@ -161,20 +289,32 @@ class CommandRunner:
         timeout: float | None = None,
         env: Mapping[str, str] | None = None,
         max_output_bytes: int | None = None,
+        io: ProcessIO | None = None,
     ) -> ExecResult:
-        """Run ``command`` (see the module docstring). ``timeout`` <= 0 or ``None``: none."""
+        """Run ``command`` (see the module docstring). ``timeout`` <= 0 or ``None``: none.
+
+        ``io`` makes it a started process: its stdin, signals and terminal (see
+        :class:`ProcessIO`); a signal that ends it gives ``ExecResult(128 + n)``.
+        """
         self.history.append(command)
         if signal is not None and signal.aborted:
             return ExecResult(None, signal.kill_reason)
         loop = asyncio.get_running_loop()
         emitted = 0
         kill_reason: KillReason | None = None
+        signalled: int | None = None
         task: asyncio.Task[int] | None = None
 
         def kill(reason: KillReason) -> None:
             nonlocal kill_reason
-            if kill_reason is None and task is not None and not task.done():
+            if kill_reason is None and signalled is None and task is not None and not task.done():
                 kill_reason = reason
+                task.cancel()
+
+        def end(exit_code: int) -> None:
+            nonlocal signalled
+            if kill_reason is None and signalled is None and task is not None and not task.done():
+                signalled = exit_code
                 task.cancel()
 
         async def emit(data: bytes) -> None:
@@ -191,6 +331,8 @@ class CommandRunner:
             await asyncio.sleep(0)
 
         found = self._find(command)
+        if found is None and command.strip() == "cat":
+            found = _cat, None
         if found is None:
             not_found = _bash_not_found if self.shell == "bash" else _powershell_not_found
             message, code = not_found(command)
@@ -206,9 +348,13 @@ class CommandRunner:
         if not command.strip():
             handler, match = _empty_command, None
         context = CommandContext(
-            command, cwd, dict(env or {}), match, self.backend, emit, self.time_scale
+            command, cwd, dict(env or {}), match, self.backend, emit, self.time_scale, io
         )
         task = asyncio.create_task(_invoke(handler, context), name=f"scripted command {command!r}")
+        if io is not None:
+            io._end = end
+            if io._pending is not None:
+                end(io._pending)
         self._running.add(kill)
         remove_listener = None
         if signal is not None:
@@ -229,11 +375,16 @@ class CommandRunner:
                 raise
         finally:
             self._running.discard(kill)
+            if io is not None:
+                io._end = None
+                io.ended()
             if timer is not None:
                 timer.cancel()
             if remove_listener is not None:
                 remove_listener()
         if task.cancelled():
+            if signalled is not None:
+                return ExecResult(signalled)
             return ExecResult(None, kill_reason or KillReason.ABORTED)
         return ExecResult(task.result())
 
@@ -245,6 +396,13 @@ class CommandRunner:
 
 
 async def _empty_command(ctx: CommandContext) -> int:
+    return 0
+
+
+async def _cat(ctx: CommandContext) -> int:
+    """``cat`` with no file: stdin to the output until end of input."""
+    while data := await ctx.read():
+        await ctx.emit(data)
     return 0
 
 

@@ -77,6 +77,8 @@ class KillReason(enum.Enum):
     ABORTED = "aborted"
     OUTPUT_LIMIT = "output_limit"
     SHUTDOWN = "shutdown"
+    KILLED = "killed"  # a started process's ``kill`` was called
+    IDLE_TIMEOUT = "idle_timeout"  # a started process produced no output for its idle timeout
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,7 +37,7 @@ from collections.abc import (
 )
 from pathlib import Path
 from types import TracebackType
-from typing import Any, NoReturn, Self
+from typing import Any, NoReturn, Self, TypeVar
 
 import grpc
 import grpc.aio
@@ -75,6 +75,8 @@ from operations import (
     Unavailable,
 )
 
+from .processes import OPS, RemoteProcesses
+
 __all__ = ["CALL_TIMEOUT", "EXEC_GRACE", "GrpcBackend", "open_from_url"]
 
 CALL_TIMEOUT = 300.0  # seconds for any call but exec: a dead broker cannot hang a tool forever
@@ -98,6 +100,9 @@ _FROM_STATUS: dict[grpc.StatusCode, type[OpsError]] = {
     grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,
     grpc.StatusCode.UNAVAILABLE: Unavailable,
 }
+
+
+M = TypeVar("M")
 
 
 def _error(exc: grpc.aio.AioRpcError, op: str, path: str | None) -> OpsError:
@@ -249,7 +254,14 @@ class GrpcBackend:
     # -- call helpers --------------------------------------------------------------------------
 
     async def _unary(
-        self, op: str, path: str | None, rpc: Any, request: Any, *, idempotent: bool = True
+        self,
+        op: str,
+        path: str | None,
+        rpc: Any,
+        request: Any,
+        *,
+        idempotent: bool = True,
+        deadline: bool = True,
     ) -> Any:
         attempts = RECONNECT_ATTEMPTS if idempotent else 1
         give_up = asyncio.get_running_loop().time() + self._reconnect_wait
@@ -261,7 +273,7 @@ class GrpcBackend:
                 # deadline; the bounded wait for a reconnect is _reconnected's.
                 return await rpc(
                     request,
-                    timeout=self._call_timeout,
+                    timeout=self._call_timeout if deadline else None,
                     metadata=self._metadata,
                     wait_for_ready=False,
                 )
@@ -272,7 +284,14 @@ class GrpcBackend:
         raise AssertionError("unreachable")
 
     async def _stream(
-        self, op: str, path: str | None, rpc: Any, request: Any, *, idempotent: bool = True
+        self,
+        op: str,
+        path: str | None,
+        rpc: Any,
+        request: Any,
+        *,
+        idempotent: bool = True,
+        deadline: bool = True,
     ) -> AsyncIterator[Any]:
         """The replies of a server-streaming call. Retried only before its first reply."""
         attempts = RECONNECT_ATTEMPTS if idempotent else 1
@@ -282,7 +301,7 @@ class GrpcBackend:
                 await self._reconnected(op, path, give_up)
             call = rpc(
                 request,
-                timeout=self._call_timeout,
+                timeout=self._call_timeout if deadline else None,
                 metadata=self._metadata,
                 wait_for_ready=False,
             )
@@ -319,6 +338,30 @@ class GrpcBackend:
                 f"the broker at {self.target} does not answer (waited {self._reconnect_wait:g} s "
                 "for it to come back); is it running?",
             ) from None
+
+    @property
+    def processes(self) -> RemoteProcesses:
+        """Processes that outlive a call, kept by the broker (:class:`~operations.ProcessOperations`)."""
+        return RemoteProcesses(self._process_call, self._process_stream)
+
+    async def _process_call(
+        self, method: str, request: Any, reply: type[M], path: str | None, *, long: bool = False
+    ) -> M:
+        stub = await self._ensure()
+        op = OPS[method]
+        answer: M = await self._unary(
+            op, path, getattr(stub, method), request, idempotent=False, deadline=not long
+        )
+        return answer
+
+    async def _process_stream(
+        self, method: str, request: Any, reply: type[M], path: str | None
+    ) -> AsyncIterator[M]:
+        stub = await self._ensure()
+        async for answer in self._stream(
+            OPS[method], path, getattr(stub, method), request, idempotent=False, deadline=False
+        ):
+            yield answer
 
     async def _call(self, op: str, path: str | None, method: str, request: Any) -> Any:
         stub = await self._ensure()

@@ -69,6 +69,8 @@ from operations import (
     check_timeout,
 )
 
+from .processes import OPS, RemoteProcesses
+
 __all__ = ["CANCEL_WAIT_S", "MAX_IDLE_CHANNELS", "WRITE_CHUNK_BYTES", "SSHBackend", "open_ssh_url"]
 
 M = TypeVar("M", bound=ProtoMessage)
@@ -439,6 +441,30 @@ class SSHBackend:
             while (data := await call.receive()) is not None:
                 yield data
 
+    @property
+    def processes(self) -> RemoteProcesses:
+        """Processes that outlive a call, kept by the broker (:class:`~operations.ProcessOperations`)."""
+        return RemoteProcesses(self._process_call, self._process_stream)
+
+    async def _process_call(
+        self,
+        method: str,
+        request: ProtoMessage,
+        reply: type[M],
+        path: str | None,
+        *,
+        long: bool = False,
+    ) -> M:
+        return await self._unary(method, request, reply, path)
+
+    async def _process_stream(
+        self, method: str, request: ProtoMessage, reply: type[M], path: str | None
+    ) -> AsyncIterator[M]:
+        async for data in self._stream(method, request, path):
+            message = reply()
+            message.ParseFromString(data)
+            yield message
+
     # -- ReadOperations, WriteOperations, EditOperations --
 
     async def read_file(self, path: str) -> bytes:
@@ -678,6 +704,7 @@ _OPS: Final[dict[str, str]] = {
     "Search": "search",
     "Run": "exec",
     "AbortRun": "abort_exec",
+    **OPS,
 }
 
 

@@ -28,6 +28,9 @@ from opsbroker.v1.codec import (
     entry_to_wire,
     exit_to_wire,
     match_to_wire,
+    output_to_wire,
+    process_to_wire,
+    pty_from_wire,
     stat_to_wire,
 )
 
@@ -37,8 +40,11 @@ from operations import (
     BashOperations,
     InvalidArgument,
     KillReason,
+    ProcessOperations,
+    ProcessOutput,
     Timeout,
     TooLarge,
+    Unavailable,
     check_timeout,
     read_chunks,
     read_small,
@@ -355,6 +361,69 @@ class Service:
         self._runs.abort((call.principal, request.abort_id))
         await call.send(pb.Empty())
 
+    # -- processes that outlive a call --------------------------------------------------------
+
+    async def StartProcess(self, request: pb.StartProcessRequest, call: Call) -> None:
+        def limit(field: str) -> float | None:
+            value = getattr(request, field) if request.HasField(field) else None
+            return check_timeout(value, "start_process", request.cwd)
+
+        info = await _processes(call.ops, "start_process").start(
+            request.command,
+            request.cwd,
+            env=dict(request.env) if request.env else None,
+            pty=pty_from_wire(request.pty) if request.HasField("pty") else None,
+            timeout=limit("timeout"),
+            idle_timeout=limit("idle_timeout"),
+        )
+        await call.send(process_to_wire(info))
+
+    async def AttachProcess(self, request: pb.AttachProcessRequest, call: Call) -> None:
+        outputs = _processes(call.ops, "attach_process").attach(
+            request.id, from_offset=request.from_offset
+        )
+        try:
+            async for output in outputs:
+                data, offset, dropped = output.data, output.offset, output.dropped
+                for start in range(0, max(len(data), 1), self.read_chunk_bytes):
+                    piece = data[start : start + self.read_chunk_bytes]
+                    part = ProcessOutput(offset + start, piece, output.stream, dropped)
+                    dropped = 0
+                    await call.send(output_to_wire(part))
+        finally:
+            aclose = getattr(outputs, "aclose", None)
+            if aclose is not None:
+                await self._finish(aclose())
+
+    async def WriteStdin(self, request: pb.WriteStdinRequest, call: Call) -> None:
+        await _processes(call.ops, "write_stdin").write_stdin(request.id, request.data)
+        await call.send(pb.Empty())
+
+    async def CloseStdin(self, request: pb.ProcessRequest, call: Call) -> None:
+        await _processes(call.ops, "close_stdin").close_stdin(request.id)
+        await call.send(pb.Empty())
+
+    async def SignalProcess(self, request: pb.SignalProcessRequest, call: Call) -> None:
+        await _processes(call.ops, "signal_process").signal(request.id, request.signal)
+        await call.send(pb.Empty())
+
+    async def ResizeProcess(self, request: pb.ResizeProcessRequest, call: Call) -> None:
+        processes = _processes(call.ops, "resize_process")
+        await processes.resize(request.id, request.cols, request.rows)
+        await call.send(pb.Empty())
+
+    async def ListProcesses(self, request: pb.Empty, call: Call) -> None:
+        found = await _processes(call.ops, "list_processes").list_processes()
+        await call.send(pb.ProcessList(processes=[process_to_wire(info) for info in found]))
+
+    async def WaitProcess(self, request: pb.ProcessRequest, call: Call) -> None:
+        info = await _processes(call.ops, "wait_process").wait(request.id)
+        await call.send(process_to_wire(info))
+
+    async def KillProcess(self, request: pb.ProcessRequest, call: Call) -> None:
+        info = await _processes(call.ops, "kill_process").kill(request.id)
+        await call.send(process_to_wire(info))
+
     async def _run(
         self,
         runner: BashOperations,
@@ -378,6 +447,14 @@ class Service:
             self._running.discard(controller)
         await output.drain()
         await call.send(pb.ExecEvent(exit=exit_to_wire(result)))
+
+
+def _processes(ops: Backend, op: str) -> ProcessOperations:
+    """The backend's processes that outlive a call, if it has any."""
+    processes = getattr(ops, "processes", None)
+    if not isinstance(processes, ProcessOperations):
+        raise Unavailable(op, None, "this backend does not keep processes that outlive a call")
+    return processes
 
 
 def _runner(ops: Backend, request: pb.ExecRequest) -> BashOperations:

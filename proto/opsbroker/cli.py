@@ -15,14 +15,21 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import NoReturn
 
-from agent_side import _cli_call, _cli_mcp, _cli_run
+from agent_side import _cli_call, _cli_mcp, _cli_processes, _cli_run
 from broker import _cli_audit, _cli_serve
 
 __all__ = ["SUBCOMMANDS", "OneLineParser", "main"]
 
 EXIT_USAGE = 2  # argparse's status for a usage error, kept
 
-SUBCOMMANDS: tuple[ModuleType, ...] = (_cli_serve, _cli_audit, _cli_call, _cli_run, _cli_mcp)
+SUBCOMMANDS: tuple[ModuleType, ...] = (
+    _cli_serve,
+    _cli_audit,
+    _cli_call,
+    _cli_run,
+    _cli_mcp,
+    _cli_processes,
+)
 
 
 class OneLineParser(argparse.ArgumentParser):

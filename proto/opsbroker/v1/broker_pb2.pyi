@@ -28,6 +28,20 @@ class KillReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     KILL_REASON_ABORTED: _ClassVar[KillReason]
     KILL_REASON_OUTPUT_LIMIT: _ClassVar[KillReason]
     KILL_REASON_SHUTDOWN: _ClassVar[KillReason]
+    KILL_REASON_KILLED: _ClassVar[KillReason]
+    KILL_REASON_IDLE_TIMEOUT: _ClassVar[KillReason]
+
+class ProcessState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PROCESS_STATE_UNSPECIFIED: _ClassVar[ProcessState]
+    PROCESS_STATE_RUNNING: _ClassVar[ProcessState]
+    PROCESS_STATE_EXITED: _ClassVar[ProcessState]
+    PROCESS_STATE_KILLED: _ClassVar[ProcessState]
+
+class OutputStream(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    OUTPUT_STREAM_STDOUT: _ClassVar[OutputStream]
+    OUTPUT_STREAM_STDERR: _ClassVar[OutputStream]
 FILE_KIND_UNSPECIFIED: FileKind
 FILE_KIND_FILE: FileKind
 FILE_KIND_DIRECTORY: FileKind
@@ -41,6 +55,14 @@ KILL_REASON_TIMEOUT: KillReason
 KILL_REASON_ABORTED: KillReason
 KILL_REASON_OUTPUT_LIMIT: KillReason
 KILL_REASON_SHUTDOWN: KillReason
+KILL_REASON_KILLED: KillReason
+KILL_REASON_IDLE_TIMEOUT: KillReason
+PROCESS_STATE_UNSPECIFIED: ProcessState
+PROCESS_STATE_RUNNING: ProcessState
+PROCESS_STATE_EXITED: ProcessState
+PROCESS_STATE_KILLED: ProcessState
+OUTPUT_STREAM_STDOUT: OutputStream
+OUTPUT_STREAM_STDERR: OutputStream
 
 class Empty(_message.Message):
     __slots__ = ()
@@ -226,6 +248,117 @@ class ExecEvent(_message.Message):
     output: bytes
     exit: ExecExit
     def __init__(self, output: _Optional[bytes] = ..., exit: _Optional[_Union[ExecExit, _Mapping]] = ...) -> None: ...
+
+class PtySize(_message.Message):
+    __slots__ = ("cols", "rows")
+    COLS_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    cols: int
+    rows: int
+    def __init__(self, cols: _Optional[int] = ..., rows: _Optional[int] = ...) -> None: ...
+
+class StartProcessRequest(_message.Message):
+    __slots__ = ("command", "cwd", "env", "pty", "timeout", "idle_timeout")
+    class EnvEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    COMMAND_FIELD_NUMBER: _ClassVar[int]
+    CWD_FIELD_NUMBER: _ClassVar[int]
+    ENV_FIELD_NUMBER: _ClassVar[int]
+    PTY_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    IDLE_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    command: str
+    cwd: str
+    env: _containers.ScalarMap[str, str]
+    pty: PtySize
+    timeout: float
+    idle_timeout: float
+    def __init__(self, command: _Optional[str] = ..., cwd: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., pty: _Optional[_Union[PtySize, _Mapping]] = ..., timeout: _Optional[float] = ..., idle_timeout: _Optional[float] = ...) -> None: ...
+
+class ProcessRequest(_message.Message):
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    def __init__(self, id: _Optional[str] = ...) -> None: ...
+
+class AttachProcessRequest(_message.Message):
+    __slots__ = ("id", "from_offset")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    FROM_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    from_offset: int
+    def __init__(self, id: _Optional[str] = ..., from_offset: _Optional[int] = ...) -> None: ...
+
+class WriteStdinRequest(_message.Message):
+    __slots__ = ("id", "data")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    data: bytes
+    def __init__(self, id: _Optional[str] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class SignalProcessRequest(_message.Message):
+    __slots__ = ("id", "signal")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    SIGNAL_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    signal: int
+    def __init__(self, id: _Optional[str] = ..., signal: _Optional[int] = ...) -> None: ...
+
+class ResizeProcessRequest(_message.Message):
+    __slots__ = ("id", "cols", "rows")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    COLS_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    cols: int
+    rows: int
+    def __init__(self, id: _Optional[str] = ..., cols: _Optional[int] = ..., rows: _Optional[int] = ...) -> None: ...
+
+class ProcessInfo(_message.Message):
+    __slots__ = ("id", "command", "cwd", "state", "started_at", "pty", "exit_code", "kill_reason", "bytes_out")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    COMMAND_FIELD_NUMBER: _ClassVar[int]
+    CWD_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_FIELD_NUMBER: _ClassVar[int]
+    PTY_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    KILL_REASON_FIELD_NUMBER: _ClassVar[int]
+    BYTES_OUT_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    command: str
+    cwd: str
+    state: ProcessState
+    started_at: float
+    pty: PtySize
+    exit_code: int
+    kill_reason: KillReason
+    bytes_out: int
+    def __init__(self, id: _Optional[str] = ..., command: _Optional[str] = ..., cwd: _Optional[str] = ..., state: _Optional[_Union[ProcessState, str]] = ..., started_at: _Optional[float] = ..., pty: _Optional[_Union[PtySize, _Mapping]] = ..., exit_code: _Optional[int] = ..., kill_reason: _Optional[_Union[KillReason, str]] = ..., bytes_out: _Optional[int] = ...) -> None: ...
+
+class ProcessList(_message.Message):
+    __slots__ = ("processes",)
+    PROCESSES_FIELD_NUMBER: _ClassVar[int]
+    processes: _containers.RepeatedCompositeFieldContainer[ProcessInfo]
+    def __init__(self, processes: _Optional[_Iterable[_Union[ProcessInfo, _Mapping]]] = ...) -> None: ...
+
+class ProcessOutput(_message.Message):
+    __slots__ = ("offset", "data", "stream", "dropped")
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    data: bytes
+    stream: OutputStream
+    dropped: int
+    def __init__(self, offset: _Optional[int] = ..., data: _Optional[bytes] = ..., stream: _Optional[_Union[OutputStream, str]] = ..., dropped: _Optional[int] = ...) -> None: ...
 
 class CapabilitiesRequest(_message.Message):
     __slots__ = ()

@@ -129,6 +129,51 @@ class BrokerStub:
                 request_serializer=opsbroker_dot_v1_dot_broker__pb2.AbortRunRequest.SerializeToString,
                 response_deserializer=opsbroker_dot_v1_dot_broker__pb2.Empty.FromString,
                 _registered_method=True)
+        self.StartProcess = channel.unary_unary(
+                '/opsbroker.v1.Broker/StartProcess',
+                request_serializer=opsbroker_dot_v1_dot_broker__pb2.StartProcessRequest.SerializeToString,
+                response_deserializer=opsbroker_dot_v1_dot_broker__pb2.ProcessInfo.FromString,
+                _registered_method=True)
+        self.AttachProcess = channel.unary_stream(
+                '/opsbroker.v1.Broker/AttachProcess',
+                request_serializer=opsbroker_dot_v1_dot_broker__pb2.AttachProcessRequest.SerializeToString,
+                response_deserializer=opsbroker_dot_v1_dot_broker__pb2.ProcessOutput.FromString,
+                _registered_method=True)
+        self.WriteStdin = channel.unary_unary(
+                '/opsbroker.v1.Broker/WriteStdin',
+                request_serializer=opsbroker_dot_v1_dot_broker__pb2.WriteStdinRequest.SerializeToString,
+                response_deserializer=opsbroker_dot_v1_dot_broker__pb2.Empty.FromString,
+                _registered_method=True)
+        self.CloseStdin = channel.unary_unary(
+                '/opsbroker.v1.Broker/CloseStdin',
+                request_serializer=opsbroker_dot_v1_dot_broker__pb2.ProcessRequest.SerializeToString,
+                response_deserializer=opsbroker_dot_v1_dot_broker__pb2.Empty.FromString,
+                _registered_method=True)
+        self.SignalProcess = channel.unary_unary(
+                '/opsbroker.v1.Broker/SignalProcess',
+                request_serializer=opsbroker_dot_v1_dot_broker__pb2.SignalProcessRequest.SerializeToString,
+                response_deserializer=opsbroker_dot_v1_dot_broker__pb2.Empty.FromString,
+                _registered_method=True)
+        self.ResizeProcess = channel.unary_unary(
+                '/opsbroker.v1.Broker/ResizeProcess',
+                request_serializer=opsbroker_dot_v1_dot_broker__pb2.ResizeProcessRequest.SerializeToString,
+                response_deserializer=opsbroker_dot_v1_dot_broker__pb2.Empty.FromString,
+                _registered_method=True)
+        self.ListProcesses = channel.unary_unary(
+                '/opsbroker.v1.Broker/ListProcesses',
+                request_serializer=opsbroker_dot_v1_dot_broker__pb2.Empty.SerializeToString,
+                response_deserializer=opsbroker_dot_v1_dot_broker__pb2.ProcessList.FromString,
+                _registered_method=True)
+        self.WaitProcess = channel.unary_unary(
+                '/opsbroker.v1.Broker/WaitProcess',
+                request_serializer=opsbroker_dot_v1_dot_broker__pb2.ProcessRequest.SerializeToString,
+                response_deserializer=opsbroker_dot_v1_dot_broker__pb2.ProcessInfo.FromString,
+                _registered_method=True)
+        self.KillProcess = channel.unary_unary(
+                '/opsbroker.v1.Broker/KillProcess',
+                request_serializer=opsbroker_dot_v1_dot_broker__pb2.ProcessRequest.SerializeToString,
+                response_deserializer=opsbroker_dot_v1_dot_broker__pb2.ProcessInfo.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -259,6 +304,64 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def StartProcess(self, request, context):
+        """Processes that outlive a call (operations.ProcessOperations). They live in the broker, not in
+        the connection; every call but StartProcess names one by id, and a caller sees only its own.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AttachProcess(self, request, context):
+        """Replays the output from `from_offset`, then follows it; ends when the process has ended and
+        all its output was sent. Cancelling the call detaches (the process goes on).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WriteStdin(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CloseStdin(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SignalProcess(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResizeProcess(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListProcesses(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WaitProcess(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def KillProcess(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -356,6 +459,51 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.AbortRun,
                     request_deserializer=opsbroker_dot_v1_dot_broker__pb2.AbortRunRequest.FromString,
                     response_serializer=opsbroker_dot_v1_dot_broker__pb2.Empty.SerializeToString,
+            ),
+            'StartProcess': grpc.unary_unary_rpc_method_handler(
+                    servicer.StartProcess,
+                    request_deserializer=opsbroker_dot_v1_dot_broker__pb2.StartProcessRequest.FromString,
+                    response_serializer=opsbroker_dot_v1_dot_broker__pb2.ProcessInfo.SerializeToString,
+            ),
+            'AttachProcess': grpc.unary_stream_rpc_method_handler(
+                    servicer.AttachProcess,
+                    request_deserializer=opsbroker_dot_v1_dot_broker__pb2.AttachProcessRequest.FromString,
+                    response_serializer=opsbroker_dot_v1_dot_broker__pb2.ProcessOutput.SerializeToString,
+            ),
+            'WriteStdin': grpc.unary_unary_rpc_method_handler(
+                    servicer.WriteStdin,
+                    request_deserializer=opsbroker_dot_v1_dot_broker__pb2.WriteStdinRequest.FromString,
+                    response_serializer=opsbroker_dot_v1_dot_broker__pb2.Empty.SerializeToString,
+            ),
+            'CloseStdin': grpc.unary_unary_rpc_method_handler(
+                    servicer.CloseStdin,
+                    request_deserializer=opsbroker_dot_v1_dot_broker__pb2.ProcessRequest.FromString,
+                    response_serializer=opsbroker_dot_v1_dot_broker__pb2.Empty.SerializeToString,
+            ),
+            'SignalProcess': grpc.unary_unary_rpc_method_handler(
+                    servicer.SignalProcess,
+                    request_deserializer=opsbroker_dot_v1_dot_broker__pb2.SignalProcessRequest.FromString,
+                    response_serializer=opsbroker_dot_v1_dot_broker__pb2.Empty.SerializeToString,
+            ),
+            'ResizeProcess': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResizeProcess,
+                    request_deserializer=opsbroker_dot_v1_dot_broker__pb2.ResizeProcessRequest.FromString,
+                    response_serializer=opsbroker_dot_v1_dot_broker__pb2.Empty.SerializeToString,
+            ),
+            'ListProcesses': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListProcesses,
+                    request_deserializer=opsbroker_dot_v1_dot_broker__pb2.Empty.FromString,
+                    response_serializer=opsbroker_dot_v1_dot_broker__pb2.ProcessList.SerializeToString,
+            ),
+            'WaitProcess': grpc.unary_unary_rpc_method_handler(
+                    servicer.WaitProcess,
+                    request_deserializer=opsbroker_dot_v1_dot_broker__pb2.ProcessRequest.FromString,
+                    response_serializer=opsbroker_dot_v1_dot_broker__pb2.ProcessInfo.SerializeToString,
+            ),
+            'KillProcess': grpc.unary_unary_rpc_method_handler(
+                    servicer.KillProcess,
+                    request_deserializer=opsbroker_dot_v1_dot_broker__pb2.ProcessRequest.FromString,
+                    response_serializer=opsbroker_dot_v1_dot_broker__pb2.ProcessInfo.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -871,6 +1019,249 @@ class Broker:
             '/opsbroker.v1.Broker/AbortRun',
             opsbroker_dot_v1_dot_broker__pb2.AbortRunRequest.SerializeToString,
             opsbroker_dot_v1_dot_broker__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StartProcess(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/opsbroker.v1.Broker/StartProcess',
+            opsbroker_dot_v1_dot_broker__pb2.StartProcessRequest.SerializeToString,
+            opsbroker_dot_v1_dot_broker__pb2.ProcessInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AttachProcess(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/opsbroker.v1.Broker/AttachProcess',
+            opsbroker_dot_v1_dot_broker__pb2.AttachProcessRequest.SerializeToString,
+            opsbroker_dot_v1_dot_broker__pb2.ProcessOutput.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WriteStdin(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/opsbroker.v1.Broker/WriteStdin',
+            opsbroker_dot_v1_dot_broker__pb2.WriteStdinRequest.SerializeToString,
+            opsbroker_dot_v1_dot_broker__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CloseStdin(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/opsbroker.v1.Broker/CloseStdin',
+            opsbroker_dot_v1_dot_broker__pb2.ProcessRequest.SerializeToString,
+            opsbroker_dot_v1_dot_broker__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SignalProcess(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/opsbroker.v1.Broker/SignalProcess',
+            opsbroker_dot_v1_dot_broker__pb2.SignalProcessRequest.SerializeToString,
+            opsbroker_dot_v1_dot_broker__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResizeProcess(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/opsbroker.v1.Broker/ResizeProcess',
+            opsbroker_dot_v1_dot_broker__pb2.ResizeProcessRequest.SerializeToString,
+            opsbroker_dot_v1_dot_broker__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListProcesses(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/opsbroker.v1.Broker/ListProcesses',
+            opsbroker_dot_v1_dot_broker__pb2.Empty.SerializeToString,
+            opsbroker_dot_v1_dot_broker__pb2.ProcessList.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WaitProcess(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/opsbroker.v1.Broker/WaitProcess',
+            opsbroker_dot_v1_dot_broker__pb2.ProcessRequest.SerializeToString,
+            opsbroker_dot_v1_dot_broker__pb2.ProcessInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def KillProcess(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/opsbroker.v1.Broker/KillProcess',
+            opsbroker_dot_v1_dot_broker__pb2.ProcessRequest.SerializeToString,
+            opsbroker_dot_v1_dot_broker__pb2.ProcessInfo.FromString,
             options,
             channel_credentials,
             insecure,

@@ -18,7 +18,12 @@ from operations import (
     KillReason,
     OpsError,
     PolicyDenied,
+    ProcessInfo,
+    ProcessOutput,
+    ProcessState,
+    PtySize,
     SearchMatch,
+    Stream,
 )
 from operations import error_from_code as _error_from_code
 
@@ -45,6 +50,12 @@ __all__ = [
     "kind_to_wire",
     "match_from_wire",
     "match_to_wire",
+    "output_from_wire",
+    "output_to_wire",
+    "process_from_wire",
+    "process_to_wire",
+    "pty_from_wire",
+    "pty_to_wire",
     "stat_from_wire",
     "stat_to_wire",
 ]
@@ -69,6 +80,8 @@ _KILL_TO_WIRE: dict[KillReason, pb.KillReason] = {
     KillReason.ABORTED: pb.KILL_REASON_ABORTED,
     KillReason.OUTPUT_LIMIT: pb.KILL_REASON_OUTPUT_LIMIT,
     KillReason.SHUTDOWN: pb.KILL_REASON_SHUTDOWN,
+    KillReason.KILLED: pb.KILL_REASON_KILLED,
+    KillReason.IDLE_TIMEOUT: pb.KILL_REASON_IDLE_TIMEOUT,
 }
 _KILL_FROM_WIRE = {wire: reason for reason, wire in _KILL_TO_WIRE.items()}
 
@@ -183,6 +196,64 @@ def exit_to_wire(result: ExecResult) -> pb.ExecExit:
 def exit_from_wire(end: pb.ExecExit) -> ExecResult:
     code = end.exit_code if end.HasField("exit_code") else None
     return ExecResult(exit_code=code, kill_reason=kill_reason_from_wire(end.kill_reason))
+
+
+_STATE_TO_WIRE: dict[ProcessState, pb.ProcessState] = {
+    ProcessState.RUNNING: pb.PROCESS_STATE_RUNNING,
+    ProcessState.EXITED: pb.PROCESS_STATE_EXITED,
+    ProcessState.KILLED: pb.PROCESS_STATE_KILLED,
+}
+_STATE_FROM_WIRE = {wire: state for state, wire in _STATE_TO_WIRE.items()}
+
+
+def pty_to_wire(size: PtySize) -> pb.PtySize:
+    return pb.PtySize(cols=size.cols, rows=size.rows)
+
+
+def pty_from_wire(size: pb.PtySize) -> PtySize:
+    return PtySize(cols=size.cols, rows=size.rows)
+
+
+def process_to_wire(info: ProcessInfo) -> pb.ProcessInfo:
+    wire = pb.ProcessInfo(
+        id=info.id,
+        command=info.command,
+        cwd=info.cwd,
+        state=_STATE_TO_WIRE[info.state],
+        started_at=info.started_at,
+        exit_code=info.exit_code,
+        kill_reason=kill_reason_to_wire(info.kill_reason),
+        bytes_out=info.bytes_out,
+    )
+    if info.pty is not None:
+        wire.pty.CopyFrom(pty_to_wire(info.pty))
+    return wire
+
+
+def process_from_wire(wire: pb.ProcessInfo) -> ProcessInfo:
+    return ProcessInfo(
+        id=wire.id,
+        command=wire.command,
+        cwd=wire.cwd,
+        state=_STATE_FROM_WIRE.get(wire.state, ProcessState.KILLED),
+        started_at=wire.started_at,
+        pty=pty_from_wire(wire.pty) if wire.HasField("pty") else None,
+        exit_code=wire.exit_code if wire.HasField("exit_code") else None,
+        kill_reason=kill_reason_from_wire(wire.kill_reason),
+        bytes_out=wire.bytes_out,
+    )
+
+
+def output_to_wire(output: ProcessOutput) -> pb.ProcessOutput:
+    stream = pb.OUTPUT_STREAM_STDERR if output.stream is Stream.STDERR else pb.OUTPUT_STREAM_STDOUT
+    return pb.ProcessOutput(
+        offset=output.offset, data=output.data, stream=stream, dropped=output.dropped
+    )
+
+
+def output_from_wire(wire: pb.ProcessOutput) -> ProcessOutput:
+    stream = Stream.STDERR if wire.stream == pb.OUTPUT_STREAM_STDERR else Stream.STDOUT
+    return ProcessOutput(offset=wire.offset, data=wire.data, stream=stream, dropped=wire.dropped)
 
 
 def batches(items: Iterable[T], name: Callable[[T], str] = str) -> Iterator[list[T]]:

@@ -1,0 +1,115 @@
+"""Processes that outlive a call, on every backend: start, attach with replay, stdin, kill, signal.
+
+The same assertions run on the memory backend's scripted processes, the broker core, and the
+core behind gRPC and SSH.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+
+import pytest
+
+from operations import (
+    InvalidArgument,
+    KillReason,
+    NotFound,
+    ProcessOperations,
+    ProcessState,
+)
+from tests.conformance._commands import ECHO_HI, SEQ, SLEEP, START_THEN_SLEEP
+from tests.conformance._workspace import Workspace
+
+WAIT_S = 20.0  # every wait here is bounded
+
+
+def processes(ws: Workspace) -> ProcessOperations:
+    found = ws.ops.processes  # type: ignore[attr-defined]
+    assert isinstance(found, ProcessOperations)
+    return found
+
+
+async def output_of(procs: ProcessOperations, id: str, from_offset: int = 0) -> bytes:
+    async with asyncio.timeout(WAIT_S):
+        return b"".join([o.data async for o in procs.attach(id, from_offset=from_offset)])
+
+
+async def test_start_output_exit(ws: Workspace) -> None:
+    procs = processes(ws)
+    info = await procs.start(ECHO_HI, ws.root)
+    assert info.id and info.command == ECHO_HI
+    async with asyncio.timeout(WAIT_S):
+        end = await procs.wait(info.id)
+    assert (end.state, end.exit_code, end.kill_reason) == (ProcessState.EXITED, 0, None)
+    assert end.bytes_out == 3
+    assert await output_of(procs, info.id) == b"hi\n"
+    assert info.id in [p.id for p in await procs.list_processes()]
+
+
+async def test_attach_replays_from_any_offset(ws: Workspace) -> None:
+    procs = processes(ws)
+    info = await procs.start(SEQ, ws.root)
+    async with asyncio.timeout(WAIT_S):
+        await procs.wait(info.id)
+    whole = await output_of(procs, info.id)
+    assert whole == b"".join(b"%d\n" % i for i in range(1, 2001))
+    middle = len(whole) // 3
+    assert await output_of(procs, info.id, middle) == whole[middle:]
+
+
+async def test_stdin_round_trips_through_cat(ws: Workspace) -> None:
+    procs = processes(ws)
+    info = await procs.start("cat", ws.root)
+    data = bytes(range(256)) * 4096  # 1 MiB
+    reader = asyncio.create_task(output_of(procs, info.id))
+    for start in range(0, len(data), 65536):
+        await procs.write_stdin(info.id, data[start : start + 65536])
+    await procs.close_stdin(info.id)
+    assert await reader == data
+    async with asyncio.timeout(WAIT_S):
+        assert (await procs.wait(info.id)).exit_code == 0
+    with pytest.raises(InvalidArgument):
+        await procs.write_stdin(info.id, b"late")
+
+
+async def test_a_process_outlives_a_detached_attach_and_is_killed_whole(ws: Workspace) -> None:
+    procs = processes(ws)
+    info = await procs.start(START_THEN_SLEEP, ws.root)
+    async with asyncio.timeout(WAIT_S):
+        async for output in procs.attach(info.id):
+            assert output.data.startswith(b"start")
+            break  # detach
+    assert (await procs.list_processes())[-1].state is ProcessState.RUNNING
+    end = await procs.kill(info.id)
+    assert (end.state, end.exit_code, end.kill_reason) == (
+        ProcessState.KILLED,
+        None,
+        KillReason.KILLED,
+    )
+    assert await output_of(procs, info.id) == b"start\n"
+
+
+async def test_a_signal_ends_a_process(ws: Workspace) -> None:
+    procs = processes(ws)
+    info = await procs.start(SLEEP, ws.root)
+    await procs.signal(info.id, signal.SIGTERM)
+    async with asyncio.timeout(WAIT_S):
+        end = await procs.wait(info.id)
+    assert end.state is not ProcessState.RUNNING
+
+
+async def test_bad_requests(ws: Workspace) -> None:
+    procs = processes(ws)
+    with pytest.raises(NotFound):
+        await procs.wait("p-000000000000")
+    with pytest.raises(NotFound):
+        await procs.kill("nope")
+    info = await procs.start(SLEEP, ws.root)
+    try:
+        with pytest.raises(InvalidArgument):
+            await procs.resize(info.id, 80, 24)  # no PTY
+        with pytest.raises(InvalidArgument):
+            await procs.start(ECHO_HI, ws.root, timeout=0)
+    finally:
+        await procs.kill(info.id)
