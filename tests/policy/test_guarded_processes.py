@@ -59,7 +59,9 @@ async def test_owners_are_apart_and_every_step_is_audited(tmp_path: Path, kind: 
         await alice.processes.signal(info.id, signal.SIGTERM)
         async with asyncio.timeout(20):
             end = await alice.processes.wait(info.id)
-            while not any(e["op"] == "process_exit" for e in audit.events):
+            for _ in range(2000):  # the exit is audited by a watcher task, soon after
+                if any(e["op"] == "process_exit" for e in audit.events):
+                    break
                 await asyncio.sleep(0.01)
         assert end.state is not ProcessState.RUNNING
     ops = [(e["op"], e["principal"], e["decision"]) for e in audit.events]
