@@ -407,8 +407,17 @@ class ProcessTable:
         self, id: str, *, from_offset: int = 0, owner: str | None = None
     ) -> AsyncIterator[ProcessOutput]:
         record = self._get("attach_process", id, owner)
-        if isinstance(from_offset, bool) or not isinstance(from_offset, int) or from_offset < 0:
-            raise InvalidArgument("attach_process", id, f"from_offset must be >= 0: {from_offset}")
+        if (
+            isinstance(from_offset, bool)
+            or not isinstance(from_offset, int)
+            or not 0 <= from_offset <= record.ring.end
+        ):
+            raise InvalidArgument(
+                "attach_process",
+                id,
+                f"from_offset must be between 0 and the output so far ({record.ring.end}), "
+                f"got {from_offset!r}",
+            )
         return self._follow(record, from_offset)
 
     async def _follow(self, record: _Record, offset: int) -> AsyncIterator[ProcessOutput]:

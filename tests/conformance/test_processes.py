@@ -56,6 +56,9 @@ async def test_attach_replays_from_any_offset(ws: Workspace) -> None:
     assert whole == b"".join(b"%d\n" % i for i in range(1, 2001))
     middle = len(whole) // 3
     assert await output_of(procs, info.id, middle) == whole[middle:]
+    assert await output_of(procs, info.id, len(whole)) == b""
+    with pytest.raises(InvalidArgument, match="between 0 and the output so far"):
+        await output_of(procs, info.id, len(whole) + 1)
 
 
 async def test_stdin_round_trips_through_cat(ws: Workspace) -> None:
