@@ -14,6 +14,7 @@ from types import TracebackType
 from typing import Protocol, Self, runtime_checkable
 
 from ._abort import AbortSignal
+from ._processes import ProcessOperations
 from ._types import DirEntry, ExecResult, FileStat, OnData, SearchMatch
 
 __all__ = [
@@ -226,6 +227,11 @@ class Backend(
 
     @property
     def powershell(self) -> PowerShellOperations: ...
+
+    @property
+    def processes(self) -> ProcessOperations:
+        """Processes that outlive a call (:class:`~operations.ProcessOperations`)."""
+        ...
 
     async def aclose(self) -> None:
         """Release connections and stop running commands. Idempotent."""
