@@ -12,7 +12,7 @@ import sys
 import time
 from typing import Any
 
-from operations import ProcessInfo, ProcessOperations
+from operations import ProcessInfo
 
 from ._cli import (
     EXIT_OK,
@@ -69,13 +69,6 @@ def add_parser(subparsers: Any) -> None:
     kill.set_defaults(handler=lambda args: run_command("kill", lambda: _kill(args)))
 
 
-def _processes(backend: object) -> ProcessOperations:
-    processes = getattr(backend, "processes", None)
-    if not isinstance(processes, ProcessOperations):
-        raise CliError("this backend does not keep processes that outlive a call")
-    return processes
-
-
 def describe(info: ProcessInfo) -> str:
     """One line of ``ps``: id, state, how it ended, output bytes, age, command."""
     if info.exit_code is not None:
@@ -91,7 +84,7 @@ def describe(info: ProcessInfo) -> str:
 
 async def _ps(args: argparse.Namespace) -> int:
     async with open_backend(args) as backend:
-        found = await _processes(backend).list_processes()
+        found = await backend.processes.list_processes()
     print("ID\tSTATE\tEND\tBYTES\tAGE\tCOMMAND")
     for info in found:
         print(describe(info))
@@ -103,7 +96,7 @@ async def _attach(args: argparse.Namespace) -> int:
         raise CliError(f"--from must be >= 0, got {args.from_offset}")
     out = sys.stdout.buffer
     async with open_backend(args) as backend:
-        processes = _processes(backend)
+        processes = backend.processes
         async for output in processes.attach(args.id, from_offset=args.from_offset):
             if output.dropped:
                 print(
@@ -121,6 +114,6 @@ async def _attach(args: argparse.Namespace) -> int:
 
 async def _kill(args: argparse.Namespace) -> int:
     async with open_backend(args) as backend:
-        info = await _processes(backend).kill(args.id)
+        info = await backend.processes.kill(args.id)
     print(describe(info))
     return EXIT_OK

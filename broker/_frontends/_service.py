@@ -40,11 +40,9 @@ from operations import (
     BashOperations,
     InvalidArgument,
     KillReason,
-    ProcessOperations,
     ProcessOutput,
     Timeout,
     TooLarge,
-    Unavailable,
     check_timeout,
     read_chunks,
     read_small,
@@ -368,7 +366,7 @@ class Service:
             value = getattr(request, field) if request.HasField(field) else None
             return check_timeout(value, "start_process", request.cwd)
 
-        info = await _processes(call.ops, "start_process").start(
+        info = await call.ops.processes.start(
             request.command,
             request.cwd,
             env=dict(request.env) if request.env else None,
@@ -379,9 +377,7 @@ class Service:
         await call.send(process_to_wire(info))
 
     async def AttachProcess(self, request: pb.AttachProcessRequest, call: Call) -> None:
-        outputs = _processes(call.ops, "attach_process").attach(
-            request.id, from_offset=request.from_offset
-        )
+        outputs = call.ops.processes.attach(request.id, from_offset=request.from_offset)
         try:
             async for output in outputs:
                 data, offset, dropped = output.data, output.offset, output.dropped
@@ -396,32 +392,32 @@ class Service:
                 await self._finish(aclose())
 
     async def WriteStdin(self, request: pb.WriteStdinRequest, call: Call) -> None:
-        await _processes(call.ops, "write_stdin").write_stdin(request.id, request.data)
+        await call.ops.processes.write_stdin(request.id, request.data)
         await call.send(pb.Empty())
 
     async def CloseStdin(self, request: pb.ProcessRequest, call: Call) -> None:
-        await _processes(call.ops, "close_stdin").close_stdin(request.id)
+        await call.ops.processes.close_stdin(request.id)
         await call.send(pb.Empty())
 
     async def SignalProcess(self, request: pb.SignalProcessRequest, call: Call) -> None:
-        await _processes(call.ops, "signal_process").signal(request.id, request.signal)
+        await call.ops.processes.signal(request.id, request.signal)
         await call.send(pb.Empty())
 
     async def ResizeProcess(self, request: pb.ResizeProcessRequest, call: Call) -> None:
-        processes = _processes(call.ops, "resize_process")
+        processes = call.ops.processes
         await processes.resize(request.id, request.cols, request.rows)
         await call.send(pb.Empty())
 
     async def ListProcesses(self, request: pb.Empty, call: Call) -> None:
-        found = await _processes(call.ops, "list_processes").list_processes()
+        found = await call.ops.processes.list_processes()
         await call.send(pb.ProcessList(processes=[process_to_wire(info) for info in found]))
 
     async def WaitProcess(self, request: pb.ProcessRequest, call: Call) -> None:
-        info = await _processes(call.ops, "wait_process").wait(request.id)
+        info = await call.ops.processes.wait(request.id)
         await call.send(process_to_wire(info))
 
     async def KillProcess(self, request: pb.ProcessRequest, call: Call) -> None:
-        info = await _processes(call.ops, "kill_process").kill(request.id)
+        info = await call.ops.processes.kill(request.id)
         await call.send(process_to_wire(info))
 
     async def _run(
@@ -447,14 +443,6 @@ class Service:
             self._running.discard(controller)
         await output.drain()
         await call.send(pb.ExecEvent(exit=exit_to_wire(result)))
-
-
-def _processes(ops: Backend, op: str) -> ProcessOperations:
-    """The backend's processes that outlive a call, if it has any."""
-    processes = getattr(ops, "processes", None)
-    if not isinstance(processes, ProcessOperations):
-        raise Unavailable(op, None, "this backend does not keep processes that outlive a call")
-    return processes
 
 
 def _runner(ops: Backend, request: pb.ExecRequest) -> BashOperations:
