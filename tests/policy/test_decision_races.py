@@ -227,3 +227,20 @@ async def test_glob_through_a_swapped_link(tmp_path: Path, transport: str) -> No
         with Flipper(root / "d", "okdir", ".ssh"):
             outcomes = await race(glob)
     assert_clean(outcomes, {"allowed"})
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_exec_in_a_swapped_cwd(tmp_path: Path, transport: str) -> None:
+    """A command's cwd is decided on the directory it runs in: never in the denied one."""
+    async with opened(tmp_path, transport) as ops:
+        root = Path(ops.root)
+
+        async def run() -> str:
+            out = bytearray()
+            await ops.exec("pwd -P", str(root / "d"), on_data=out.extend, timeout=30)
+            where = bytes(out).strip().rsplit(b"/", 1)[-1]
+            return "allowed" if where == b"okdir" else f"LEAK {bytes(out)!r}"
+
+        with Flipper(root / "d", "okdir", ".ssh"):
+            outcomes = await race(run)
+    assert_clean(outcomes, {"allowed"})
