@@ -21,7 +21,7 @@ from typing import Any
 
 from mcp.server import ServerRequestContext
 
-from broker import TokenTable, default_token_file, is_loopback_address
+from broker import Frontend, TokenTable, default_token_file, is_loopback_address
 from operations import OpsError
 
 from ._cli import (
@@ -32,10 +32,11 @@ from ._cli import (
     run_command,
 )
 from ._mcp import EMBEDDED_PRINCIPAL, MCP_TRANSPORT, ToolsFor, open_embedded, serve_stdio
+from ._mcp._frontend import McpHttpFrontend
 from ._mcp._http import Refused, bind, request_peer, request_principal, serve_http
 from ._tool import AgentTool
 
-__all__ = ["add_parser", "run"]
+__all__ = ["SERVE_MCP_HTTP", "add_parser", "run"]
 
 
 def add_parser(subparsers: Any) -> None:
@@ -213,3 +214,38 @@ async def _serve(args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace) -> int:
     return run_command("mcp", lambda: _serve(args))
+
+
+class _ServeMcpHttp:
+    """``opsbroker serve --mcp-http ADDR``: MCP over Streamable HTTP beside gRPC and SSH."""
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        group = parser.add_argument_group("MCP over Streamable HTTP")
+        group.add_argument(
+            "--mcp-http",
+            action="append",
+            metavar="HOST:PORT",
+            help=(
+                "also serve the built-in tools over MCP at http://HOST:PORT/mcp (repeatable; "
+                "the broker's tokens as bearer tokens; not loopback: needs --token-file)"
+            ),
+        )
+        group.add_argument(
+            "--mcp-allow-origin",
+            action="append",
+            default=[],
+            metavar="ORIGIN",
+            help="also accept browser requests from ORIGIN (loopback origins always are)",
+        )
+
+    def frontends(self, args: argparse.Namespace) -> list[Frontend]:
+        if args.mcp_allow_origin and not args.mcp_http:
+            raise ValueError("--mcp-allow-origin needs --mcp-http")
+        return [
+            McpHttpFrontend(address, allowed_origins=args.mcp_allow_origin)
+            for address in args.mcp_http or ()
+        ]
+
+
+SERVE_MCP_HTTP = _ServeMcpHttp()
+"""The ``serve`` options of MCP over HTTP, composed in by :mod:`opsbroker.cli`."""

@@ -33,6 +33,7 @@ from ._landlock import landlock_abi as landlock_abi
 from ._resolver import Root as Root
 from ._serve import BrokerConfig as BrokerConfig
 from ._serve import BrokerServer as BrokerServer
+from ._serve import Frontend as Frontend
 from ._serve import default_token_file as default_token_file
 from ._serve import is_loopback_address as is_loopback_address
 from ._serve import serve as serve
@@ -45,6 +46,7 @@ __all__ = [
     "BrokerConfig",
     "BrokerServer",
     "Enforcement",
+    "Frontend",
     "Root",
     "Sandbox",
     "SandboxUnavailable",

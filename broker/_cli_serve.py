@@ -14,8 +14,9 @@ import shlex
 import signal
 import sys
 import tomllib
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pydantic
 from opsbroker.malloc import tune_allocator
@@ -26,14 +27,34 @@ from ._serve import (
     DEFAULT_GRPC_ADDRESS,
     BrokerConfig,
     BrokerServer,
+    Frontend,
     bind_error,
     is_loopback_address,
 )
 
-__all__ = ["add_parser", "run"]
+__all__ = ["ServeExtension", "add_parser", "run"]
 
 
-def add_parser(subparsers: Any) -> None:
+class ServeExtension(Protocol):
+    """Options of ``opsbroker serve`` that add a :class:`~broker.Frontend` (``--mcp-http``).
+
+    Composed in by the ``opsbroker`` command, so the broker imports nothing of the agent side.
+    """
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        """Add the options to ``serve``'s parser."""
+        ...
+
+    def frontends(self, args: argparse.Namespace) -> list[Frontend]:
+        """The front-ends the parsed options ask for (none when they are not given).
+
+        Raises:
+            ValueError: the options do not fit together (a usage error).
+        """
+        ...
+
+
+def add_parser(subparsers: Any, extensions: Sequence[ServeExtension] = ()) -> None:
     parser = subparsers.add_parser(
         "serve",
         help="serve a workspace to remote agents",
@@ -67,7 +88,9 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--policy", type=Path, help="a policy TOML file (default: the safe policy)")
     parser.add_argument("--audit-log", type=Path, help="append one hash-chained JSON line per call")
     parser.add_argument("--quiet", action="store_true", help="do not log one line per call")
-    parser.set_defaults(handler=run)
+    for extension in extensions:
+        extension.add_arguments(parser)
+    parser.set_defaults(handler=lambda args: run(args, extensions))
 
 
 def _config(args: argparse.Namespace) -> BrokerConfig:
@@ -114,8 +137,8 @@ def _how_to_connect(server: BrokerServer) -> str | None:
     return None
 
 
-async def _serve(config: BrokerConfig) -> None:
-    server = BrokerServer(config)
+async def _serve(config: BrokerConfig, frontends: Sequence[Frontend]) -> None:
+    server = BrokerServer(config, frontends=frontends)
     await server.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -126,6 +149,8 @@ async def _serve(config: BrokerConfig) -> None:
             print(f"opsbroker: serving {config.root} on grpc {address}", flush=True)
         for address in server.ssh_addresses:
             print(f"opsbroker: serving {config.root} on ssh {address}", flush=True)
+        for address in server.frontend_addresses:
+            print(f"opsbroker: serving {config.root} on {address}", flush=True)
         print(f"opsbroker: principals: {server.principal_model}", flush=True)
         if server.token_file is not None:
             print(f"opsbroker: token file: {server.token_file}", flush=True)
@@ -139,7 +164,7 @@ async def _serve(config: BrokerConfig) -> None:
     print("opsbroker: stopped", flush=True)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, extensions: Sequence[ServeExtension] = ()) -> int:
     logging.basicConfig(
         level=logging.WARNING if args.quiet else logging.INFO,
         format="%(asctime)s %(name)s %(message)s",
@@ -147,8 +172,12 @@ def run(args: argparse.Namespace) -> int:
     )
     try:
         config = _config(args)
+        try:
+            frontends = [f for extension in extensions for f in extension.frontends(args)]
+        except ValueError as exc:
+            raise _Usage(str(exc)) from None
         tune_allocator()  # before the first large buffer: streamed reads reuse heap pages
-        asyncio.run(_serve(config))
+        asyncio.run(_serve(config, frontends))
     except _Usage as exc:
         return _fail(f"{exc} (see 'opsbroker serve --help')", 2)
     except OpsError as exc:

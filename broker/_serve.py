@@ -1,9 +1,11 @@
 """Running a broker: :class:`BrokerConfig`, :class:`BrokerServer` and :func:`serve`.
 
 ``BrokerServer`` puts a backend (by default the broker core over ``config.root``) behind the
-front-ends the config names, today gRPC, on TCP and/or Unix-socket addresses. Tests and embedders
-start it in process (``async with BrokerServer(config) as server: server.addresses``); the
-``opsbroker serve`` command does the same until SIGINT or SIGTERM.
+front-ends the config names (gRPC on TCP and/or Unix-socket addresses, SSH), plus any
+:class:`Frontend` handed in (``opsbroker serve --mcp-http`` adds MCP over HTTP this way, so the
+broker imports nothing of the agent side). Tests and embedders start it in process
+(``async with BrokerServer(config) as server: server.addresses``); the ``opsbroker serve``
+command does the same until SIGINT or SIGTERM.
 """
 
 from __future__ import annotations
@@ -15,10 +17,10 @@ import logging
 import os
 import socket
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Protocol, Self
 
 import grpc
 import grpc.aio
@@ -40,6 +42,7 @@ __all__ = [
     "DEFAULT_GRPC_ADDRESS",
     "BrokerConfig",
     "BrokerServer",
+    "Frontend",
     "default_token_file",
     "is_loopback_address",
     "serve",
@@ -173,6 +176,27 @@ def _unix_path(address: str) -> str:
     return rest[2:] if rest.startswith("//") else rest
 
 
+class Frontend(Protocol):
+    """A front-end started with a :class:`BrokerServer`, serving its core its own way.
+
+    It reaches the core only through :meth:`BrokerServer.guarded` (the policy and audit every
+    front-end gets), authenticates with :meth:`BrokerServer.frontend_tokens` and audits the
+    callers it turns away with :meth:`BrokerServer.record_refusal`.
+    """
+
+    async def start(self, broker: BrokerServer) -> list[str]:
+        """Listen; return what it serves on, one ``KIND ADDRESS`` each (``mcp-http http://...``).
+
+        Raises:
+            InvalidArgument: it cannot listen, or its address is not safe as configured.
+        """
+        ...
+
+    async def stop(self, grace: float) -> None:
+        """Stop listening; give running calls ``grace`` seconds, then cancel them."""
+        ...
+
+
 class BrokerServer:
     """A broker serving ``backend`` (default: the core over ``config.root``) on ``config.grpc``.
 
@@ -181,7 +205,12 @@ class BrokerServer:
     token table in use (``None`` when no TCP address needs it).
     """
 
-    def __init__(self, config: BrokerConfig, backend: Backend | None = None) -> None:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        backend: Backend | None = None,
+        frontends: Sequence[Frontend] = (),
+    ) -> None:
         self.config = config
         self.enforcement: Enforcement | None = None
         self._backend = backend
@@ -194,6 +223,11 @@ class BrokerServer:
         self.token_file: Path | None = None
         self._ssh: list[Any] = []
         self.ssh_addresses: list[str] = []
+        self._frontends = list(frontends)
+        self._running = False
+        self._started: list[Frontend] = []
+        self.frontend_addresses: list[str] = []
+        """What the extra front-ends serve on, ``KIND ADDRESS`` each."""
 
     @property
     def principal_model(self) -> str:
@@ -246,7 +280,49 @@ class BrokerServer:
                 self.enforcement.close()  # release the audit lock and the sandbox's temp dir
             raise
         assert self._backend is not None
-        await self._start_ssh(self._backend)
+        self._running = True
+        try:
+            await self._start_ssh(self._backend)
+            await self._start_grpc(self._backend)
+            for frontend in self._frontends:
+                self.frontend_addresses += await frontend.start(self)
+                self._started.append(frontend)
+        except BaseException:
+            await self.stop(0)
+            raise
+
+    @property
+    def backend(self) -> Backend:
+        """The core every front-end serves (behind :meth:`guarded`); set by :meth:`start`."""
+        if self._backend is None:
+            raise RuntimeError("the broker is not started")
+        return self._backend
+
+    def guarded(self, principal: str, transport: str, peer: str | None = None) -> Backend:
+        """The core behind the policy and audit log, for calls by ``principal`` over
+        ``transport`` from ``peer`` (the core itself for a backend handed in without a policy)."""
+        if self.enforcement is None:
+            return self.backend
+        return self.enforcement.guard(
+            self.backend, principal=principal, transport=transport, peer=peer
+        )
+
+    def record_refusal(self, op: str, reason: str, transport: str, peer: str | None) -> None:
+        """Audit a caller turned away before any call (bad or missing credentials)."""
+        if self.enforcement is not None:
+            self.enforcement.record_refusal(
+                op, reason, principal=None, transport=transport, peer=peer
+            )
+
+    def frontend_tokens(self) -> TokenTable:
+        """The bearer tokens of this broker (loaded, or created with one token, as for gRPC)."""
+        if self.tokens is None:
+            self.token_file = self.config.token_file or default_token_file()
+            self.tokens = TokenTable.load_or_create(self.token_file)
+        return self.tokens
+
+    async def _start_grpc(self, backend: Backend) -> None:
+        config = self.config
         if not config.grpc:
             return
         needs_auth = any(not _is_unix(a) for a in config.grpc)
@@ -275,7 +351,7 @@ class BrokerServer:
             maximum_concurrent_rpcs=config.max_concurrent_calls,
         )
         self._servicer = BrokerServicer(
-            self._backend, version=broker_version(), enforcement=self.enforcement
+            backend, version=broker_version(), enforcement=self.enforcement
         )
         # Every service is added through `authenticated`: each of its methods checks the
         # caller before it runs (health and reflection included).
@@ -368,23 +444,25 @@ class BrokerServer:
     async def stop(self, grace: float | None = None) -> None:
         """Stop: refuse new calls, kill running commands, let other calls drain for ``grace``
         seconds (default ``config.shutdown_grace``), then cancel what is left. Idempotent."""
-        server, self._server = self._server, None
+        if not self._running:
+            return
+        self._running = False
+        grace = self.config.shutdown_grace if grace is None else grace
+        started, self._started = self._started, []
+        for extra in reversed(started):
+            await extra.stop(grace)
         ssh, self._ssh = self._ssh, []
         for frontend in ssh:
-            await frontend.aclose(self.config.shutdown_grace if grace is None else grace)
-        if server is None:
-            if ssh and self._owns_backend and self._backend is not None:
-                await self._backend.aclose()
-            if ssh and self.enforcement is not None:
-                self.enforcement.close()
-            return
-        if self._health is not None:
-            await self._health.enter_graceful_shutdown()
-        if self._servicer is not None:
-            self._servicer.kill_running()
-        await server.stop(self.config.shutdown_grace if grace is None else grace)
-        if self._servicer is not None:
-            await self._servicer.drain(CLEANUP_TIMEOUT_S)
+            await frontend.aclose(grace)
+        server, self._server = self._server, None
+        if server is not None:
+            if self._health is not None:
+                await self._health.enter_graceful_shutdown()
+            if self._servicer is not None:
+                self._servicer.kill_running()
+            await server.stop(grace)
+            if self._servicer is not None:
+                await self._servicer.drain(CLEANUP_TIMEOUT_S)
         if self._owns_backend and self._backend is not None:
             await self._backend.aclose()
         if self.enforcement is not None:

@@ -6,7 +6,8 @@ server over a list of tools, every call run through
 :func:`agent_side.loop.execute_tool_calls`; ``_embedded`` opens the broker core on a root behind
 its policy and audit log, as ``opsbroker serve`` does; ``_framing`` (sans-I/O) and ``_stdio``
 are the stdio wire, answering a line that is no JSON-RPC message; ``_http`` is Streamable HTTP
-(the SDK's stateless transport on uvicorn) behind an Origin check and the broker's bearer tokens. The subcommand is
+(the SDK's stateless transport on uvicorn) behind an Origin check and the broker's bearer tokens;
+``_frontend`` serves it from a running broker (``opsbroker serve --mcp-http``). The subcommand is
 :mod:`agent_side._cli_mcp`.
 """
 
@@ -15,6 +16,7 @@ from ._embedded import MCP_TRANSPORT as MCP_TRANSPORT
 from ._embedded import Embedded as Embedded
 from ._embedded import embedded_broker as embedded_broker
 from ._embedded import open_embedded as open_embedded
+from ._frontend import McpHttpFrontend as McpHttpFrontend
 from ._http import MCP_PATH as MCP_PATH
 from ._http import serve_http as serve_http
 from ._results import call_tool_result as call_tool_result
@@ -30,6 +32,7 @@ __all__ = [
     "MCP_TRANSPORT",
     "SERVER_NAME",
     "Embedded",
+    "McpHttpFrontend",
     "ToolsFor",
     "build_server",
     "call_tool_result",

@@ -22,10 +22,12 @@ backend's ``exec``, which kills the command's process tree, as over stdio.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
+import math
 import socket
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -45,6 +47,7 @@ from ._server import ToolsFor, build_server
 __all__ = [
     "MCP_PATH",
     "HttpGate",
+    "HttpServer",
     "bind",
     "origin_allowed",
     "request_peer",
@@ -160,7 +163,7 @@ class HttpGate:
                 send,
                 403,
                 f"Origin {origin!r} is not allowed: only loopback origins, or those given "
-                "with --http-allow-origin",
+                "with --http-allow-origin (opsbroker mcp) or --mcp-allow-origin (opsbroker serve)",
                 (),
             )
             return
@@ -269,6 +272,62 @@ def _url(sock: socket.socket) -> str:
     return f"http://{shown}:{port}{MCP_PATH}"
 
 
+class _Embedded(uvicorn.Server):
+    """uvicorn leaving SIGINT and SIGTERM to the program it runs in (the broker handles them)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+class HttpServer:
+    """MCP over Streamable HTTP on one listening socket, from :meth:`serve` to :meth:`shutdown`."""
+
+    def __init__(
+        self,
+        tools: Sequence[AgentTool[Any, Any]],
+        sock: socket.socket,
+        tokens: TokenTable,
+        *,
+        tools_for: ToolsFor | None = None,
+        allowed_origins: Iterable[str] = (),
+        refused: Refused | None = None,
+        handle_signals: bool = True,
+        grace: float = SHUTDOWN_GRACE_S,
+    ) -> None:
+        self.url = _url(sock)
+        """The endpoint: ``http://HOST:PORT/mcp``."""
+        self._sock = sock
+        self._manager = StreamableHTTPSessionManager(
+            build_server(tools, tools_for=tools_for),
+            stateless=True,
+            max_request_body_size=MAX_BODY_BYTES,
+        )
+        app = HttpGate(
+            self._manager.handle_request, tokens, allowed_origins=allowed_origins, refused=refused
+        )
+        config = uvicorn.Config(
+            app,
+            lifespan="off",
+            log_level="warning",
+            access_log=False,
+            timeout_graceful_shutdown=math.ceil(grace),
+        )
+        self._server = uvicorn.Server(config) if handle_signals else _Embedded(config)
+
+    async def serve(self, ready: Callable[[str], None] | None = None) -> None:
+        """Serve until :meth:`shutdown` (or, with ``handle_signals``, SIGINT or SIGTERM);
+        ``ready`` is called with :attr:`url` once requests are accepted."""
+        async with self._manager.run():
+            if ready is not None:
+                ready(self.url)
+            await self._server.serve(sockets=[self._sock])
+
+    def shutdown(self) -> None:
+        """Stop accepting; running calls get the grace period, then are cancelled."""
+        self._server.should_exit = True
+
+
 async def serve_http(
     tools: Sequence[AgentTool[Any, Any]],
     sock: socket.socket,
@@ -283,21 +342,12 @@ async def serve_http(
 
     ``ready`` is called with the endpoint's URL once it accepts requests.
     """
-    manager = StreamableHTTPSessionManager(
-        build_server(tools, tools_for=tools_for),
-        stateless=True,
-        max_request_body_size=MAX_BODY_BYTES,
+    server = HttpServer(
+        tools,
+        sock,
+        tokens,
+        tools_for=tools_for,
+        allowed_origins=allowed_origins,
+        refused=refused,
     )
-    app = HttpGate(manager.handle_request, tokens, allowed_origins=allowed_origins, refused=refused)
-    config = uvicorn.Config(
-        app,
-        lifespan="off",
-        log_level="warning",
-        access_log=False,
-        timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
-    )
-    server = uvicorn.Server(config)
-    async with manager.run():
-        if ready is not None:
-            ready(_url(sock))
-        await server.serve(sockets=[sock])
+    await server.serve(ready)

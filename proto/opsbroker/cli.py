@@ -4,7 +4,8 @@ The broker's subcommands (``serve``, ``audit``) and the agent side's (``call``, 
 in their own module. They meet here, above both packages, so ``broker`` imports nothing from
 ``agent_side``. To add a subcommand, write a module with ``add_parser(subparsers)`` (which
 registers the parser and sets ``handler=run``), import it below and add it to
-:data:`SUBCOMMANDS`.
+:data:`SUBCOMMANDS`. Agent-side front-ends of ``serve`` (``--mcp-http``) are handed to its
+parser as :data:`SERVE_EXTENSIONS`.
 """
 
 from __future__ import annotations
@@ -18,18 +19,19 @@ from typing import NoReturn
 from agent_side import _cli_call, _cli_mcp, _cli_processes, _cli_run
 from broker import _cli_audit, _cli_serve
 
-__all__ = ["SUBCOMMANDS", "OneLineParser", "main"]
+__all__ = ["SERVE_EXTENSIONS", "SUBCOMMANDS", "OneLineParser", "main"]
 
 EXIT_USAGE = 2  # argparse's status for a usage error, kept
 
 SUBCOMMANDS: tuple[ModuleType, ...] = (
-    _cli_serve,
     _cli_audit,
     _cli_call,
     _cli_run,
     _cli_mcp,
     _cli_processes,
 )
+
+SERVE_EXTENSIONS: tuple[_cli_serve.ServeExtension, ...] = (_cli_mcp.SERVE_MCP_HTTP,)
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -51,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(
         dest="command", required=True, metavar="COMMAND", parser_class=OneLineParser
     )
+    _cli_serve.add_parser(subparsers, SERVE_EXTENSIONS)
     for module in SUBCOMMANDS:
         module.add_parser(subparsers)
     for subparser in subparsers.choices.values():

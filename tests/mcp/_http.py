@@ -37,24 +37,36 @@ def write_tokens(path: Path) -> Path:
     return path
 
 
-def _http_args(tokens: Path) -> list[str]:
-    return ["--http", "127.0.0.1:0", "--http-token-file", str(tokens)]
+KINDS = ("mcp", "serve")
+"""The two ways to serve MCP over HTTP: ``opsbroker mcp --http``, ``opsbroker serve --mcp-http``."""
+
+
+def _command(kind: str, tokens: Path) -> list[str]:
+    if kind == "serve":
+        return ["serve", "--grpc", "127.0.0.1:0", "--mcp-http", "127.0.0.1:0", "--token-file"]
+    return ["mcp", "--http", "127.0.0.1:0", "--http-token-file"]
+
+
+def allow_origin_flag(kind: str) -> str:
+    return "--mcp-allow-origin" if kind == "serve" else "--http-allow-origin"
 
 
 @contextmanager
-def http_server(tmp_path: Path, *args: str) -> Iterator[str]:
-    """The URL of a fresh ``opsbroker mcp ARGS --http 127.0.0.1:0`` (tokens: :data:`TOKENS`)."""
-    tokens = write_tokens(tmp_path / "mcp-tokens")
-    log = tmp_path / "mcp-http.stderr"
-    with log.open("wb") as err:
+def http_server(tmp_path: Path, *args: str, kind: str = "mcp") -> Iterator[str]:
+    """The URL of a fresh ``opsbroker mcp ARGS --http 127.0.0.1:0`` (or ``serve ... --mcp-http``;
+    tokens: :data:`TOKENS`)."""
+    tokens = write_tokens(tmp_path / f"{kind}-tokens")
+    log = tmp_path / f"{kind}-http.out"
+    with log.open("wb") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "opsbroker", "mcp", *args, *_http_args(tokens)],
+            [sys.executable, "-m", "opsbroker", *_command(kind, tokens), str(tokens), *args],
             stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=err,
+            stdout=out,
+            stderr=subprocess.STDOUT,
             env=cli_env(),
             cwd=REPO,
         )
+    (tmp_path / f"{kind}-http.pid").write_text(str(process.pid))
     try:
         deadline = time.monotonic() + SERVE_READY_S
         while not (found := re.search(r"http://\S+/mcp", log.read_text())):

@@ -12,7 +12,7 @@ import pytest
 from tests.broker._procscan import MARK_VAR, kill_pids, new_marker, survivors
 
 from ._client import CALL_TIMEOUT_S
-from ._http import ALICE, BOB, http_server, http_session
+from ._http import ALICE, BOB, KINDS, http_server, http_session
 from .test_cancel import GONE_WITHIN_S, _poll
 
 ROUNDS = 15
@@ -38,8 +38,9 @@ async def test_concurrent_clients_see_only_their_own(tmp_path: Path) -> None:
     assert seen[BOB] == [f"bob-{i}\n" for i in range(ROUNDS)]
 
 
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("shape", ["plain", "setsid"])
-async def test_cancelled_call_leaves_no_process(shape: str, tmp_path: Path) -> None:
+async def test_cancelled_call_leaves_no_process(shape: str, kind: str, tmp_path: Path) -> None:
     marker = new_marker()
     tail = {"plain": "sleep 300", "setsid": "setsid sleep 300 & sleep 300"}[shape]
     command = f"export {MARK_VAR}={marker}; echo started; {tail}"
@@ -50,7 +51,7 @@ async def test_cancelled_call_leaves_no_process(shape: str, tmp_path: Path) -> N
             started.set()
 
     try:
-        with http_server(tmp_path, "--root", str(tmp_path)) as url:
+        with http_server(tmp_path, "--root", str(tmp_path), kind=kind) as url:
             async with http_session(url) as session:
                 async with anyio.create_task_group() as group:
                     group.start_soon(

@@ -15,7 +15,7 @@ from broker import verify_files
 from tests.cli._run import opsbroker
 
 from ._client import CALL_TIMEOUT_S
-from ._http import ALICE, BOB, http_server, http_session, write_tokens
+from ._http import ALICE, BOB, KINDS, allow_origin_flag, http_server, http_session, write_tokens
 
 LIST = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
 ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
@@ -26,13 +26,15 @@ async def _post(url: str, **headers: str) -> httpx2.Response:
         return await http.post(url, json=LIST, headers={**ACCEPT, **headers})
 
 
-async def test_tokens_origins_and_audit(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", KINDS)
+async def test_tokens_origins_and_audit(tmp_path: Path, kind: str) -> None:
     root = tmp_path / "ws"
     root.mkdir()
     (root / "a.txt").write_text("open\n")
     audit = tmp_path / "audit.jsonl"
     args = ["--root", str(root), "--audit-log", str(audit)]
-    with http_server(tmp_path, *args, "--http-allow-origin", "https://app.example") as url:
+    flag = allow_origin_flag(kind)
+    with http_server(tmp_path, *args, flag, "https://app.example", kind=kind) as url:
         missing = await _post(url)
         wrong = await _post(url, Authorization="Bearer not-a-token")
         basic = await _post(url, Authorization=f"Basic {ALICE}")
@@ -51,7 +53,7 @@ async def test_tokens_origins_and_audit(tmp_path: Path) -> None:
             assert "bearer token" in response.json()["error"]["message"]
         for response in (foreign, rebound):
             assert response.status_code == 403, response.text
-            assert "--http-allow-origin" in response.json()["error"]["message"]
+            assert flag in response.json()["error"]["message"]
         assert loopback.status_code == 200 and allowed.status_code == 200
         assert elsewhere.status_code == 404
         for token in (ALICE, BOB):
@@ -85,6 +87,18 @@ def test_network_address_needs_explicit_flags(
     done = opsbroker("mcp", "--root", str(tmp_path), "--http", "0.0.0.0:0", *extra)
     assert done.returncode == 2, done
     assert complaint in done.stderr and done.stderr.count("\n") == 1, done.stderr
+
+
+def test_serve_network_address_needs_token_file(tmp_path: Path) -> None:
+    done = opsbroker("serve", "--root", str(tmp_path), "--mcp-http", "0.0.0.0:0")
+    assert done.returncode == 1, done
+    assert "--token-file" in done.stderr and done.stderr.count("\n") == 1, done.stderr
+
+
+def test_serve_allow_origin_needs_mcp_http(tmp_path: Path) -> None:
+    done = opsbroker("serve", "--root", str(tmp_path), "--mcp-allow-origin", "https://x.example")
+    assert done.returncode == 2, done
+    assert "--mcp-allow-origin needs --mcp-http" in done.stderr, done.stderr
 
 
 def test_group_readable_token_file_refused(tmp_path: Path) -> None:

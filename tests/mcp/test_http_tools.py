@@ -15,7 +15,7 @@ from agent_side._mcp import embedded_broker
 from agent_side.tools import ALL_TOOL_NAMES, create_all_tools
 
 from ._client import CALL_TIMEOUT_S, direct_call, mcp_bytes
-from ._http import http_server, http_session
+from ._http import KINDS, http_server, http_session
 from ._workspace import build, tree_hash
 from .test_stdio_tools import CASES, Case
 
@@ -28,9 +28,10 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return root, decoy
 
 
-@pytest.fixture(scope="module")
-def url(workspace: tuple[Path, Path]) -> Iterator[str]:
-    with http_server(workspace[0].parent, "--root", str(workspace[0])) as address:
+@pytest.fixture(scope="module", params=KINDS)
+def url(workspace: tuple[Path, Path], request: pytest.FixtureRequest) -> Iterator[str]:
+    root = workspace[0]
+    with http_server(root.parent, "--root", str(root), kind=request.param) as address:
         yield address
 
 
