@@ -43,7 +43,7 @@ def type_matches(name: str, value: Any) -> bool:
     if name == "integer":
         return is_number(value) and math.isfinite(value) and float(value).is_integer()
     if name == "number":
-        return is_number(value)
+        return is_number(value) and math.isfinite(value)  # TypeBox and AJV refuse infinities
     if name == "null":
         return value is None
     if name == "string":

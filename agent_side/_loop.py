@@ -21,7 +21,8 @@ event comes right away); the prepared calls then run concurrently and their end 
 
 **Termination.** The batch votes to end the run only if it has results and every one has
 ``terminate=True`` (a blocked call with ``terminate`` counts; so does an ``after_tool_call``
-patch). **Length stops.** If the assistant message stopped with ``"length"``, no call executes:
+patch). **Failed responses.** A message whose stop reason is ``"error"`` or ``"aborted"`` runs
+no call and emits nothing. **Length stops.** If the assistant message stopped with ``"length"``, no call executes:
 each gets an error result saying its arguments may be truncated.
 """
 
@@ -278,11 +279,9 @@ class _Run:
                 emissions.append(asyncio.ensure_future(outcome))
 
         try:
-            result: Any = await prepared.tool.execute(
-                call.id, prepared.args, self.signal, on_update
+            result = _normalized(
+                await prepared.tool.execute(call.id, prepared.args, self.signal, on_update)
             )
-            if not isinstance(result, AgentToolResult):
-                result = AgentToolResult[Any].model_validate(result)
             accepting = False
             await asyncio.gather(*emissions)
             return result, False
@@ -333,6 +332,23 @@ class _Run:
         return await self.finalize(prepared, result, is_error)
 
 
+def _normalized(result: Any) -> AgentToolResult[Any]:
+    """A tool's return value as a result, as the reference reads it: a missing or ``None``
+    ``content`` is empty content, a missing ``details`` is ``None``. A result built without
+    validation (``model_construct``) or a plain mapping is read field by field."""
+    if (
+        isinstance(result, AgentToolResult)
+        and isinstance(getattr(result, "content", None), list)
+        and hasattr(result, "details")
+    ):
+        return result
+    fields = result if isinstance(result, dict) else getattr(result, "__dict__", None)
+    values = {k: v for k, v in (fields or {}).items() if v is not None}
+    values["content"] = values.get("content") or []
+    values.setdefault("details", None)
+    return AgentToolResult[Any].model_validate(values)
+
+
 def _error_text(exc: BaseException) -> str:
     return str(exc)
 
@@ -375,7 +391,8 @@ async def execute_tool_calls(
     ctx = context if isinstance(context, AgentContext) else AgentContext(tools=list(context))
     run = _Run(ctx, assistant_message, signal, emit, before_tool_call, after_tool_call)
     calls = assistant_message.tool_calls
-    if not calls:
+    if not calls or assistant_message.stop_reason in ("error", "aborted"):
+        # A failed or aborted response runs none of its calls, as the reference's loop.
         return ToolBatchResult(messages=[], terminate=False)
     if assistant_message.stop_reason == "length":
         finished = await _fail_truncated(run, calls)

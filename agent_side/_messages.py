@@ -10,9 +10,16 @@ and ``arguments`` are kept as they are, ``null`` included.
 from __future__ import annotations
 
 import time
-from typing import Any, Generic, Literal, TypeAlias, TypeVar
+from typing import Annotated, Any, Generic, Literal, TypeAlias, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+)
 from pydantic.alias_generators import to_camel
 
 __all__ = [
@@ -166,6 +173,11 @@ class AssistantMessage(WireModel):
         return [block for block in self.content if isinstance(block, ToolCall)]
 
 
+def _none_as_empty(value: Any) -> Any:
+    """``content: None`` (an untyped tool's result) is no content, as the reference's ``?? []``."""
+    return [] if value is None else value
+
+
 class AgentToolResult(WireModel, Generic[DetailsT]):
     """What a tool returns (and what ``on_update`` receives as a partial result).
 
@@ -174,7 +186,7 @@ class AgentToolResult(WireModel, Generic[DetailsT]):
     only if every result votes so. ``added_tool_names`` marks tools that became available here.
     """
 
-    content: list[ToolResultContent]
+    content: Annotated[list[ToolResultContent], BeforeValidator(_none_as_empty)]
     details: DetailsT
     usage: Usage | None = None
     added_tool_names: list[str] | None = None

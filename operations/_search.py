@@ -7,13 +7,15 @@ Search rules, the same on every backend:
     - **Dialect:** Python :mod:`re` (close to ripgrep's for everyday patterns: classes, groups,
       ``\\b``, ``\\d``, lazy quantifiers; no look-around differences matter to the tool).
       ``literal=True`` escapes the pattern; ``ignore_case=True`` is :data:`re.IGNORECASE`.
-      A pattern that does not compile raises :class:`~operations.InvalidArgument`.
-    - **Lines:** a file is split on ``\\n``; one trailing ``\\r`` is dropped (CRLF files match
+      A pattern that does not compile raises :class:`~operations.InvalidArgument` whose reason
+      is ripgrep's ``regex parse error:`` block (:func:`regex_error_text`).
+    - **Lines:** a leading UTF-8 byte-order mark is dropped (as rg's decoder does); a file is
+      split on ``\\n``; one trailing ``\\r`` is dropped (CRLF files match
       ``$`` as expected); a last line without a terminator counts. ``line_text`` is the line
       without its terminator, or ``None`` when the line is not valid UTF-8 (it is still matched,
       with undecodable bytes standing for themselves). One match is one line.
-    - **Binary files** (a NUL byte in the first :data:`BINARY_SNIFF_BYTES`) are skipped, even when
-      named directly.
+    - **Binary files** (a NUL byte in the first :data:`BINARY_SNIFF_BYTES`) are skipped in a
+      directory search; a file named directly is searched whatever its bytes (as ``rg`` does).
     - **Which files:** hidden files are searched (``rg --hidden``); ``.gitignore`` and ``.ignore``
       rules found from the search directory down are respected (see ``_gitignore``); ``.git``
       directories are skipped; symlinks are not followed (a link is neither searched nor entered);
@@ -47,6 +49,36 @@ __all__ = [
 BINARY_SNIFF_BYTES = 8192
 """How much of a file is looked at for a NUL byte (ripgrep's and git's heuristic)."""
 
+UTF8_BOM = b"\xef\xbb\xbf"
+"""Dropped from the start of a file before matching, as ripgrep's decoder drops it."""
+
+_RG_MESSAGES = {
+    "unterminated character set": "unclosed character class",
+    "missing ), unterminated subpattern": "unclosed group",
+    "unbalanced parenthesis": "unopened group",
+    "nothing to repeat": "repetition operator missing expression",
+    "multiple repeat": "repetition operator missing expression",
+}
+"""Python's description of a malformed pattern -> ripgrep's, where both mean the same."""
+
+
+def regex_error_text(pattern: str, error: re.error) -> str:
+    """ripgrep's message for a pattern that does not compile, as the reference shows it.
+
+    The pattern is shown as rg shows it (inside ``(?:...)``) with a caret under the error.
+    Where Python's description has no ripgrep twin it is kept, with a hint in the tool's JSON
+    spelling.
+    """
+    described = _RG_MESSAGES.get(error.msg)
+    position = 0 if described == "unclosed group" else 3 + (error.pos or 0)
+    text = (
+        f"rg: regex parse error:\n    (?:{pattern})\n    {' ' * position}^\n"
+        f"error: {described or error.msg}"
+    )
+    if described is None:
+        text += '\n(a Python regular expression; set "literal": true to search for the text)'
+    return text
+
 
 def is_binary(data: bytes) -> bool:
     """Whether ``data`` looks binary: a NUL byte in its first :data:`BINARY_SNIFF_BYTES`."""
@@ -65,15 +97,11 @@ class LineMatcher:
         try:
             self.regex = re.compile(source, flags)
         except re.error as exc:
-            raise InvalidArgument(
-                "search",
-                None,
-                f"regex parse error in {pattern!r}: {exc}; use literal=True to search text as is",
-            ) from None
+            raise InvalidArgument("search", None, regex_error_text(pattern, exc)) from None
 
     def iter_matches(self, data: bytes) -> Iterator[tuple[int, str | None]]:
         """``(line_number, line_text)`` for each matching line of ``data`` (numbers from 1)."""
-        lines = data.split(b"\n")
+        lines = data.removeprefix(UTF8_BOM).split(b"\n")
         if lines and lines[-1] == b"":
             lines.pop()
         for number, raw in enumerate(lines, start=1):
@@ -111,9 +139,7 @@ class FileFilter:
 
 
 def search_file(matcher: LineMatcher, path: str, data: bytes) -> Iterator[SearchMatch]:
-    """The matches in one file's content (nothing if it is binary)."""
-    if is_binary(data):
-        return
+    """The matches in one file's content, binary or not (a file named directly is searched)."""
     for number, text in matcher.iter_matches(data):
         yield SearchMatch(path, number, text)
 
@@ -140,7 +166,7 @@ def search_tree(
         if entry.kind is not FileKind.FILE or not file_filter.keeps(entry.rel):
             continue
         data = read_quietly(read_file, entry.rel)
-        if data is None:
+        if data is None or is_binary(data):
             continue
         for match in search_file(matcher, f"{base}/{entry.rel}", data):
             yield match

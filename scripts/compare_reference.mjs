@@ -8,6 +8,7 @@ const [root, casesFile] = process.argv.slice(2);
 const toolsDir = path.join(root, "node_modules/@earendil-works/pi-coding-agent/dist/core/tools");
 const tools = await import(pathToFileURL(path.join(toolsDir, "index.js")).href);
 const diffs = await import(pathToFileURL(path.join(toolsDir, "edit-diff.js")).href);
+const ai = await import(pathToFileURL(path.join(root, "node_modules/@earendil-works/pi-ai/dist/utils/validation.js")).href);
 const api = { ...tools, ...diffs };
 const factories = {
   read: api.createReadTool, write: api.createWriteTool, edit: api.createEditTool,
@@ -19,6 +20,11 @@ for (const c of JSON.parse(fs.readFileSync(casesFile, "utf8"))) {
   try {
     if (c.fn) {
       out.push({ ok: true, value: api[c.fn](...c.args) });
+      continue;
+    }
+    if (c.validate) {
+      const tool = factories[c.validate](c.dir, {});
+      out.push({ ok: true, value: ai.validateToolArguments(tool, { type: "toolCall", id: "c", name: c.validate, arguments: c.args }) });
       continue;
     }
     const tool = factories[c.tool](c.dir, {});

@@ -197,7 +197,7 @@ def grep_case(rng: random.Random) -> tuple[dict[str, str], dict[str, Any]]:
     return files, args
 
 
-def lay_out(root: Path, files: dict[str, str]) -> None:
+def lay_out(root: Path, files: dict[str, str | bytes]) -> None:
     root.mkdir(parents=True)
     for rel, data in files.items():
         target = root / rel
@@ -205,8 +205,107 @@ def lay_out(root: Path, files: dict[str, str]) -> None:
             target.mkdir(parents=True, exist_ok=True)
             continue
         target.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(data, bytes):
+            target.write_bytes(data)
+            continue
         with open(target, "w", newline="") as handle:
             handle.write(data)
+
+
+# --- fixed calls: each difference once reported against the reference ------------------------
+
+PNG_HEAD = b"\x89PNG\r\n\x1a\n\x00\x00\x00\x0dIHDR"
+TREE: dict[str, str | bytes] = {
+    "a.txt": "alpha\n",
+    "b.txt": "beta\n",
+    "c.txt": "gamma\n",
+    "nested/x.py": "x = 1\n",
+    "nested/deep/y.py": "y = 2\n",
+    "src/m.py": "import os\n",
+}
+CALLS: list[tuple[str, dict[str, str | bytes], dict[str, Any]]] = [
+    # read: image magic that does not decode
+    ("read", {"bad.png": PNG_HEAD + b"\x00" * 40}, {"path": "bad.png"}),
+    ("read", {"g.txt": "GIF8 is not an image\n"}, {"path": "g.txt"}),
+    # one rule for fractional numbers (parity.md section 1)
+    ("ls", TREE, {"limit": 2.5}),
+    ("find", TREE, {"pattern": "*.txt", "limit": 1.5}),
+    ("grep", TREE, {"pattern": "a", "limit": 1.5}),
+    ("read", TREE, {"path": "a.txt", "offset": 1.5, "limit": 0.5}),
+    # find: glob dialect, errors, limit 0
+    ("find", TREE, {"pattern": "nested/**"}),
+    ("find", TREE, {"pattern": "/src/*.py"}),
+    ("find", TREE, {"pattern": "*.py", "path": "missing"}),
+    ("find", TREE, {"pattern": "*.py", "path": "a.txt"}),
+    ("find", TREE, {"pattern": "["}),
+    ("find", TREE, {"pattern": "*.txt", "limit": 0}),
+    # grep: binary named explicitly, BOM, invalid regex, parent .gitignore
+    ("grep", {"bin.dat": b"match here\x00\x01\nmatch again\n"}, {"pattern": "match", "path": "bin.dat"}),
+    ("grep", {"bom.txt": "\ufeffmatch first\nmatch second\n"}, {"pattern": "match"}),
+    ("grep", {"bom.txt": "\ufeffmatch first\n"}, {"pattern": "^match"}),
+    ("grep", TREE, {"pattern": "(unclosed"}),
+    ("grep", TREE, {"pattern": "a[b"}),
+    ("grep", {".gitignore": "skip.txt\n", "sub/skip.txt": "hit\n", "sub/keep.txt": "hit\n"},
+     {"pattern": "hit", "path": "sub"}),
+]  # fmt: skip
+VALIDATIONS: list[tuple[str, dict[str, Any]]] = [
+    ("read", {"path": "a", "offset": "Infinity"}),
+    ("read", {"path": "a", "offset": "-Infinity"}),
+    ("ls", {"limit": "Infinity"}),
+    ("read", {"path": "a", "extra": 1}),
+    ("edit", {"path": "a", "edits": [{"oldText": "x", "newText": "y", "note": 1}]}),
+]
+
+
+async def validate_ours(cases: list[tuple[str, dict[str, Any]]], directory: Path) -> list[Any]:
+    out: list[Any] = []
+    async with connect(f"local:{directory}") as backend:
+        for tool_name, args in cases:
+            tool = create_tool(tool_name, str(directory), backend)
+            try:
+                value = validate_tool_arguments(
+                    tool, ToolCall(id="c", name=tool_name, arguments=args)
+                )
+            except Exception as exc:
+                out.append({"ok": False, "error": str(exc)})
+                continue
+            dumped = (
+                value.model_dump(by_alias=True, exclude_unset=True)
+                if hasattr(value, "model_dump")
+                else value
+            )
+            out.append({"ok": True, "value": dumped})
+    return out
+
+
+def compare_calls(reference: str, work: Path) -> int:
+    generated = []
+    for index, (tool, files, args) in enumerate(CALLS):
+        theirs_dir = work / "calls" / "ref" / f"c{index:04d}"
+        ours_dir = work / "calls" / "ours" / f"c{index:04d}"
+        lay_out(theirs_dir, files)
+        lay_out(ours_dir, files)
+        generated.append((tool, theirs_dir, ours_dir, args))
+    cases: list[dict[str, Any]] = [
+        {"tool": t, "dir": str(d), "args": a} for t, d, _, a in generated
+    ]
+    cases += [{"validate": name, "dir": str(work), "args": a} for name, a in VALIDATIONS]
+    theirs = run_reference(reference, cases, work)
+    ours = asyncio.run(run_ours([(t, d, a) for t, _, d, a in generated]))
+    ours += asyncio.run(validate_ours(VALIDATIONS, work))
+    differences = 0
+    rows = [(t, str(r), str(o), a) for t, r, o, a in generated]
+    rows += [(f"validate {name}", str(work), str(work), a) for name, a in VALIDATIONS]
+    for (tool, theirs_dir, ours_dir, args), their, our in zip(rows, theirs, ours, strict=True):
+        a = canonical(their, theirs_dir, False)
+        b = canonical(our, ours_dir, False)
+        if a != b:
+            differences += 1
+            print(
+                f"{tool} {json.dumps(args, ensure_ascii=False):.200}\n  reference {a:.600}\n  ours      {b:.600}"
+            )
+    print(f"calls: {len(rows)} cases, {differences} differences")
+    return differences
 
 
 async def run_ours(cases: list[tuple[str, Path, dict[str, Any]]]) -> list[Any]:
@@ -289,7 +388,7 @@ def main() -> int:
     parser.add_argument("--reference", required=True, help="the npm --prefix directory")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--cases", type=int, default=300)
-    parser.add_argument("--only", default="functions,tools,grep")
+    parser.add_argument("--only", default="calls,functions,tools,grep")
     options = parser.parse_args()
     rng = random.Random(options.seed)
     only = set(options.only.split(","))
@@ -298,6 +397,8 @@ def main() -> int:
     tempfile.tempdir = str(work)
     try:
         differences = 0
+        if "calls" in only:
+            differences += compare_calls(options.reference, work)
         if "functions" in only:
             differences += compare_functions(options.reference, rng, options.cases, work)
         if "tools" in only:

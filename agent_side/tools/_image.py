@@ -97,12 +97,12 @@ def process_image(data: bytes, mime_type: str, *, auto_resize: bool = True) -> P
     try:
         from PIL import Image, ImageOps
     except ImportError:  # pragma: no cover - Pillow is a dependency
-        return _unprocessed(data, mime_type)
+        return _unprocessed(data, mime_type, auto_resize)
     try:
         image: Image.Image = Image.open(io.BytesIO(data))
         image.load()
     except Exception:
-        return _unprocessed(data, mime_type)
+        return _unprocessed(data, mime_type, auto_resize)
     hints: list[str] = []
     with contextlib.suppress(Exception):  # a broken EXIF block is not worth failing the read
         image = ImageOps.exif_transpose(image) or image
@@ -147,11 +147,15 @@ def _fit(width: int, height: int) -> tuple[int, int]:
     return width, height
 
 
-def _unprocessed(data: bytes, mime_type: str) -> ProcessedImage:
-    """An image Pillow cannot decode: sent as is if providers take the format, omitted if not."""
-    if mime_type in INLINE_MIME_TYPES:
+def _unprocessed(data: bytes, mime_type: str, auto_resize: bool) -> ProcessedImage:
+    """An image Pillow cannot decode (a corrupt PNG, text starting with ``GIF8``), as the
+    reference treats it: a format providers take is sent as is only when resizing is off (it
+    cannot be measured); otherwise it is omitted with the resize or the conversion message."""
+    if mime_type not in INLINE_MIME_TYPES:
+        return ProcessedImage(mime_type, None, [], CONVERSION_FAILED)
+    if not auto_resize:
         return ProcessedImage(mime_type, data)
-    return ProcessedImage(mime_type, None, [], CONVERSION_FAILED)
+    return ProcessedImage(mime_type, None, [], RESIZE_FAILED)
 
 
 def _smallest_fitting(image: object) -> tuple[str, bytes] | None:

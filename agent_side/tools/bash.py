@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from operations import AbortSignal, BashOperations
 
@@ -19,7 +19,7 @@ from .._tool import (
     wrap_tool_definition,
 )
 from ._shell import ShellRun, SpawnHook, run_shell_command
-from ._tooldef import constrained_sampling
+from ._tooldef import ToolParams, constrained_sampling
 from ._truncate import DEFAULT_MAX_BYTES, DEFAULT_MAX_LINES
 from ._workspace import Workspace
 
@@ -36,7 +36,7 @@ SESSION_GUIDELINE = (
 )
 
 
-class BashParams(BaseModel):
+class BashParams(ToolParams):
     command: str = Field(description="Shell command to execute")
     timeout: JsonNumber | None = Field(
         default=None, description="Timeout in seconds (optional, no default timeout)"

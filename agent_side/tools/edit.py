@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from operations import AbortSignal, EditOperations, IsADirectory, OpsError
 
@@ -30,7 +30,7 @@ from ._edit_diff import (
 )
 from ._errors import ToolError, check_aborted, describe_error, describe_reason, errno_name
 from ._queue import in_mutation_queue
-from ._tooldef import constrained_sampling, text_result
+from ._tooldef import ToolParams, constrained_sampling, text_result
 from ._workspace import Workspace
 
 __all__ = [
@@ -58,7 +58,7 @@ GUIDELINES = [
 ]
 
 
-class EditItem(BaseModel):
+class EditItem(ToolParams):
     model_config = ConfigDict(populate_by_name=True)
 
     old_text: str = Field(
@@ -69,7 +69,7 @@ class EditItem(BaseModel):
     new_text: str = Field(alias="newText", description="Replacement text for this targeted edit.")
 
 
-class EditParams(BaseModel):
+class EditParams(ToolParams):
     path: str = Field(description="Path to the file to edit (relative or absolute)")
     edits: list[EditItem] = Field(
         description="One or more targeted replacements. Each edit is matched against the "

@@ -6,9 +6,16 @@ import posixpath
 import sys
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
-from operations import AbortSignal, FindOperations, OpsError
+from operations import (
+    AbortSignal,
+    FindOperations,
+    InvalidArgument,
+    NotADirectory,
+    OpsError,
+    compile_glob,
+)
 
 from .._messages import AgentToolResult
 from .._schema import JsonNumber
@@ -20,7 +27,7 @@ from .._tool import (
     wrap_tool_definition,
 )
 from ._errors import ToolError, abortable
-from ._tooldef import int_arg, text_result
+from ._tooldef import ToolParams, count_arg, text_result
 from ._truncate import DEFAULT_MAX_BYTES, format_size, truncate_head
 from ._workspace import Workspace
 
@@ -32,6 +39,7 @@ __all__ = [
 ]
 
 DEFAULT_LIMIT = 1000  # paths per result
+UNLIMITED = 2**63 - 1  # what fd's ``--max-results 0`` means; the wire's int64 maximum
 IGNORED = ("**/node_modules/**", "**/.git/**")  # never worth listing, as the reference
 DESCRIPTION = (
     "Search for files by glob pattern. Returns matching file paths relative to the search "
@@ -40,7 +48,7 @@ DESCRIPTION = (
 )
 
 
-class FindParams(BaseModel):
+class FindParams(ToolParams):
     pattern: str = Field(
         description="Glob pattern to match files, e.g. '*.ts', '**/*.json', or 'src/**/*.spec.ts'"
     )
@@ -81,13 +89,16 @@ def create_find_tool_definition(
         ctx: ToolContext | None,
     ) -> AgentToolResult[Any]:
         async with abortable(signal):
-            search_path = await ws.existing(params.path, ctx)
-            limit = int_arg(params.limit)
+            search_path = ws.resolve(params.path or ".", ctx)
+            limit = count_arg(params.limit)
             limit = DEFAULT_LIMIT if limit is None else limit
+            if not await ws.ops.exists(search_path):
+                raise ToolError(_not_a_directory(search_path))
+            _check_pattern(params.pattern)
             try:
-                results: list[str] = await ws.ops.glob(
-                    params.pattern, search_path, ignore=list(IGNORED), limit=limit
-                )
+                results = await _glob(ws.ops, params.pattern, search_path, limit)
+            except NotADirectory:
+                raise ToolError(_not_a_directory(search_path)) from None
             except OpsError as exc:
                 raise ToolError(exc.reason) from None
         if not results:
@@ -117,6 +128,43 @@ def create_find_tool_definition(
         execute=execute,
         prompt_snippet="Find files by glob pattern (respects .gitignore)",
     )
+
+
+async def _glob(ops: FindOperations, pattern: str, search_path: str, limit: int) -> list[str]:
+    """The backend's ``glob`` with fd's reading of two patterns.
+
+    ``dir/**`` matches what is below ``dir``, not ``dir`` itself (the backend dialect's ``**``
+    also matches nothing); a pattern starting with ``/`` is matched against the absolute path
+    in the backend's namespace (fd's ``--full-path``), not anchored at the search directory.
+    """
+    if pattern.endswith("/**"):
+        pattern = pattern[:-3] + "/*/**"
+    cap = limit if limit > 0 else UNLIMITED
+    if not pattern.startswith("/"):
+        return await ops.glob(pattern, search_path, ignore=list(IGNORED), limit=cap)
+    matcher = compile_glob(pattern, op="find")
+    base = search_path.rstrip("/")
+    everything = await ops.glob("**", search_path, ignore=list(IGNORED), limit=UNLIMITED)
+    return [rel for rel in everything if matcher.match(f"{base}/{rel}".lstrip("/"))][:cap]
+
+
+def _not_a_directory(search_path: str) -> str:
+    """fd's two lines for a search path that is missing or not a directory."""
+    return (
+        f"[fd error]: Search path '{search_path}' is not a directory.\n"
+        "[fd error]: No valid search paths given."
+    )
+
+
+def _check_pattern(pattern: str) -> None:
+    """Raise fd's ``[fd error]: error parsing glob ...`` for a malformed pattern, naming it as fd
+    does (with the ``**/`` the reference adds to a pattern with a ``/`` not at its start)."""
+    prefixed = "/" in pattern and not pattern.startswith(("/", "**/")) and pattern != "**"
+    shown = f"**/{pattern}" if prefixed else pattern
+    try:
+        compile_glob(shown, op="find")
+    except InvalidArgument as exc:
+        raise ToolError(f"[fd error]: {exc.reason}") from None
 
 
 def create_find_tool(

@@ -6,7 +6,7 @@ import posixpath
 import sys
 from typing import Any, Protocol, runtime_checkable
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from operations import AbortSignal, GrepOperations, OpsError, SearchMatch
 
@@ -20,7 +20,7 @@ from .._tool import (
     wrap_tool_definition,
 )
 from ._errors import ToolError, abortable
-from ._tooldef import int_arg, text_result
+from ._tooldef import ToolParams, count_arg, int_arg, text_result
 from ._truncate import (
     DEFAULT_MAX_BYTES,
     GREP_MAX_LINE_LENGTH,
@@ -48,7 +48,7 @@ class _Closable(Protocol):
     async def aclose(self) -> None: ...
 
 
-class GrepParams(BaseModel):
+class GrepParams(ToolParams):
     pattern: str = Field(description="Search pattern (regex or literal string)")
     path: str | None = Field(
         default=None, description="Directory or file to search (default: current directory)"
@@ -93,7 +93,7 @@ def create_grep_tool_definition(
             search_path = ws.resolve(params.path or ".", ctx)
             context = int_arg(params.context) or 0
             context = max(context, 0)
-            requested = int_arg(params.limit)
+            requested = count_arg(params.limit)
             limit = max(1, DEFAULT_LIMIT if requested is None else requested)
             try:
                 is_dir = bool(await ws.ops.is_directory(search_path))

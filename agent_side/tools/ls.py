@@ -7,7 +7,7 @@ import posixpath
 import sys
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from operations import AbortSignal, LsOperations, OpsError
 
@@ -22,7 +22,7 @@ from .._tool import (
 )
 from ._collation import collation_key
 from ._errors import ToolError, abortable, describe_error
-from ._tooldef import int_arg, text_result
+from ._tooldef import ToolParams, count_arg, text_result
 from ._truncate import DEFAULT_MAX_BYTES, format_size, truncate_head
 from ._workspace import Workspace
 
@@ -37,7 +37,7 @@ DESCRIPTION = (
 )
 
 
-class LsParams(BaseModel):
+class LsParams(ToolParams):
     path: str | None = Field(
         default=None, description="Directory to list (default: current directory)"
     )
@@ -65,7 +65,7 @@ def create_ls_tool_definition(
     ) -> AgentToolResult[Any]:
         async with abortable(signal):
             directory = await ws.existing(params.path, ctx)
-            limit = int_arg(params.limit)
+            limit = count_arg(params.limit)
             limit = DEFAULT_LIMIT if limit is None else limit
             try:
                 stat = await ws.ops.stat(directory)

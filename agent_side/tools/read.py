@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import math
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from operations import AbortSignal, IsADirectory, OpsError, ReadOperations
 
@@ -22,7 +23,7 @@ from .._tool import (
 from ._errors import ToolError, abortable, describe_error
 from ._image import detect_image_mime_type, process_image
 from ._paths import resolve_read_path
-from ._tooldef import constrained_sampling, image_result, int_arg, text_result
+from ._tooldef import ToolParams, constrained_sampling, image_result, int_arg, text_result
 from ._truncate import DEFAULT_MAX_BYTES, DEFAULT_MAX_LINES, format_size, truncate_head
 from ._workspace import Workspace
 
@@ -40,7 +41,7 @@ NON_VISION_NOTE = (
 )
 
 
-class ReadParams(BaseModel):
+class ReadParams(ToolParams):
     path: str = Field(description="Path to the file to read (relative or absolute)")
     offset: JsonNumber | None = Field(
         default=None, description="Line number to start reading from (1-indexed)"
@@ -137,17 +138,23 @@ async def _read_image(
     return image_result(text, encoded, processed.mime_type)
 
 
+def _number(value: float | None) -> float | None:
+    """``offset``/``limit`` with NaN as absent (``int_arg``'s rule), kept fractional."""
+    return None if value is None or math.isnan(value) else value
+
+
 def _read_text(data: bytes, params: ReadParams) -> AgentToolResult[Any]:
     lines = data.decode("utf-8", "replace").split("\n")
-    offset, limit = int_arg(params.offset), int_arg(params.limit)
-    start = max(0, offset - 1) if offset else 0
+    offset, limit = _number(params.offset), _number(params.limit)
+    # The window is computed as the reference does, then cut to whole lines as its slicing does.
+    start_at = max(0.0, offset - 1) if offset else 0.0
+    start = int_arg(start_at) or 0
     if start >= len(lines):
         raise ToolError(
-            f"Offset {offset if offset is not None else 0} is beyond end of file "
-            f"({len(lines)} lines total)"
+            f"Offset {int_arg(offset) or 0} is beyond end of file ({len(lines)} lines total)"
         )
     if limit is not None:
-        end = min(start + max(limit, 0), len(lines))
+        end = max(start, int_arg(min(start_at + limit, len(lines))) or 0)
         selected = lines[start:end]
     else:
         end = len(lines)

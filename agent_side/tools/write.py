@@ -5,7 +5,7 @@ from __future__ import annotations
 import posixpath
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from operations import AbortSignal, OpsError, WriteOperations
 
@@ -19,7 +19,7 @@ from .._tool import (
 )
 from ._errors import ToolError, check_aborted, describe_error
 from ._queue import in_mutation_queue
-from ._tooldef import constrained_sampling, text_result
+from ._tooldef import ToolParams, constrained_sampling, text_result
 from ._workspace import Workspace
 
 __all__ = ["WriteParams", "create_write_tool", "create_write_tool_definition"]
@@ -30,7 +30,7 @@ DESCRIPTION = (
 )
 
 
-class WriteParams(BaseModel):
+class WriteParams(ToolParams):
     path: str = Field(description="Path to the file to write (relative or absolute)")
     content: str = Field(description="Content to write to the file")
 

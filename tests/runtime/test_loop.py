@@ -710,3 +710,46 @@ async def test_context_object_is_passed_to_hooks() -> None:
 
     await execute_tool_calls(context, assistant(CALL), before_tool_call=before)
     assert seen == [context]
+
+
+async def test_content_none_is_success_with_empty_content() -> None:
+    """Reference: ``content: result.content ?? []``, not an error; ``addedToolNames`` kept."""
+
+    async def as_mapping(tid: str, params: Any, signal: Any, on_update: Any) -> Any:
+        return {"content": None, "details": {"n": 1}, "addedToolNames": ["extra"]}
+
+    async def unvalidated(tid: str, params: Any, signal: Any, on_update: Any) -> Any:
+        return AgentToolResult[Any].model_construct(content=None)
+
+    async def constructed(tid: str, params: Any, signal: Any, on_update: Any) -> Any:
+        return AgentToolResult[Any](content=None, details=None, added_tool_names=["extra"])  # type: ignore[arg-type]
+
+    for execute, details in ((as_mapping, {"n": 1}), (unvalidated, None), (constructed, None)):
+        recorder = Recorder()
+        batch = await execute_tool_calls(
+            [tool_with("echo", execute)], assistant(CALL), emit=recorder
+        )
+        [message] = batch.messages
+        assert message.is_error is False
+        assert message.content == []
+        assert message.details == details
+        assert recorder.of_type("tool_execution_end")[0].is_error is False
+        if execute is not unvalidated:
+            assert message.added_tool_names == ["extra"]
+
+
+async def test_failed_or_aborted_response_runs_no_call() -> None:
+    ran: list[str] = []
+
+    async def execute(tid: str, params: Any, signal: Any, on_update: Any) -> AgentToolResult[Any]:
+        ran.append(tid)
+        return text_result("ran")
+
+    for stop in ("error", "aborted"):
+        recorder = Recorder()
+        batch = await execute_tool_calls(
+            [tool_with("echo", execute)], assistant(CALL, stop=stop), emit=recorder
+        )
+        assert batch.messages == [] and batch.terminate is False
+        assert recorder.events == []
+    assert ran == []

@@ -93,11 +93,14 @@ async def test_read_quirks(tw: ToolWorkspace) -> None:
 
 
 async def test_read_non_integer_offset_stays_integral(tw: ToolWorkspace) -> None:
-    """Parity exception: the reference prints ``offset=12.5``-style notices here."""
+    """Parity exception: the reference shows the same lines (slice(1.5, 5.2)), but its notice
+    says ``[94.8 more lines in file. Use offset=6.2 to continue.]``."""
     tw.write("hundred.txt", _lines(100))
     read = create_read_tool(tw.root, operations=tw.ops)
     out = text(await call(read, path="hundred.txt", offset=2.5, limit=3.7))
-    assert out == "Line 2\nLine 3\nLine 4\n\n[96 more lines in file. Use offset=5 to continue.]"
+    assert out == (
+        "Line 2\nLine 3\nLine 4\nLine 5\n\n[95 more lines in file. Use offset=6 to continue.]"
+    )
 
 
 async def test_read_first_line_too_long(tw: ToolWorkspace) -> None:

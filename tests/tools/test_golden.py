@@ -57,7 +57,7 @@ GOLDEN = [
     ".env\n.gitignore\nbuild/\ndocs/\nREADME.md\nsrc/",
     "app.py\nutil/",
     "src/app.py\nsrc/util/__init__.py\nsrc/util/strings.py",
-    "src/\nsrc/app.py\nsrc/util/\nsrc/util/__init__.py\nsrc/util/strings.py",
+    "src/app.py\nsrc/util/\nsrc/util/__init__.py\nsrc/util/strings.py",
     "src/app.py:1: def main():\nsrc/app.py:5: def helper(x):\nsrc/util/strings.py:1: def shout(s):",
     "app.py-5- def helper(x):\napp.py:6:     return x * 2\napp.py-7- \n"
     "util/strings.py-1- def shout(s):\nutil/strings.py:2:     return s.upper() + '!'\n"

@@ -74,7 +74,10 @@ async def test_find_errors_and_limits(tw: ToolWorkspace) -> None:
         "a.txt\n\n[1 results limit reached. Use limit=2 for more, or refine pattern]"
     )
     assert result.details == {"resultLimitReached": 1}
-    assert await fail(find, pattern="*", path="nope") == f"Path not found: {tw.path('nope')}"
+    assert await fail(find, pattern="*", path="nope") == (  # fd's text, as the reference shows
+        f"[fd error]: Search path '{tw.path('nope')}' is not a directory.\n"
+        "[fd error]: No valid search paths given."
+    )
 
 
 async def test_ls_lists_dotfiles_and_directories(tw: ToolWorkspace) -> None:
