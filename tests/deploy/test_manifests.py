@@ -26,7 +26,8 @@ CRD_FILES = {
     "SandboxClaim": "extensions.agents.x-k8s.io_sandboxclaims.yaml",
     "SandboxWarmPool": "extensions.agents.x-k8s.io_sandboxwarmpools.yaml",
 }
-# The sandboxd front-end's serve flags, agreed with it (docs/sandboxd.md); checked once it exists.
+# The sandboxd front-end's serve flags, as agreed with it (docs/sandboxd.md): the only ones the
+# serve parser may not know yet.
 SANDBOXD_FLAGS = {"--sandboxd", "--sandboxd-grpc", "--sandboxd-http"}
 
 
