@@ -126,6 +126,11 @@ class RecordingBackend:
         """The inner backend's processes, not recorded."""
         return self.inner.processes
 
+    def capabilities(self) -> dict[str, object]:
+        """The inner backend's facts (what a broker reports as its capabilities), if any."""
+        describe = getattr(self.inner, "capabilities", None)
+        return dict(describe()) if callable(describe) else {}
+
     # -- the tree -----------------------------------------------------------------------------
 
     def _rel(self, path: str) -> str:
