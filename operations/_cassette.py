@@ -38,7 +38,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -268,7 +268,7 @@ def _decode_field(where: str, value: object) -> bytes:
         raise CassetteError(f"{where}: bad content: {exc}") from None
 
 
-def read_cassette(path: str | Path) -> tuple[dict[str, Any], Iterator[Event]]:
+def read_cassette(path: str | Path) -> tuple[dict[str, Any], Generator[Event, None, None]]:
     """Open ``path``: its validated header, and its events (validated one by one as read).
 
     Raises:
@@ -281,27 +281,31 @@ def read_cassette(path: str | Path) -> tuple[dict[str, Any], Iterator[Event]]:
         handle = source.open("r", encoding="utf-8")
     except OSError as exc:
         raise CassetteError(f"cassette {str(source)!r}: cannot open: {exc.strerror}") from None
-    first = handle.readline()
-    header = _parse(source, 1, first)
+    try:
+        header = _parse(source, 1, handle.readline())
+        _check_header(source, header)
+    except BaseException:
+        handle.close()
+        raise
+    return header, _events(source, handle)
+
+
+def _check_header(source: Path, header: dict[str, Any]) -> None:
     version = header.get(HEADER_KEY)
     if version is None:
-        handle.close()
         raise CassetteError(
             f"{source}:1: not an opsbroker cassette (the first line has no {HEADER_KEY!r})"
         )
     if version != CASSETTE_VERSION:
-        handle.close()
         raise CassetteError(
             f"{source}:1: cassette version {version!r}; this opsbroker reads version "
             f"{CASSETTE_VERSION}: re-record it (pytest --record-mode=rewrite)"
         )
     if not isinstance(header.get("root"), str) or not str(header["root"]).startswith("/"):
-        handle.close()
         raise CassetteError(f"{source}:1: the header needs an absolute 'root'")
-    return header, _events(source, handle)
 
 
-def _events(source: Path, handle: Any) -> Iterator[Event]:
+def _events(source: Path, handle: Any) -> Generator[Event, None, None]:
     with handle:
         for number, line in enumerate(handle, start=2):
             if not line.strip():

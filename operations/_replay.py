@@ -130,21 +130,24 @@ class ReplayOperations(InMemoryOperations):
         self._runs: dict[tuple[str, str, str, str], deque[_Run]] = {}
         self._order: deque[_Run] = deque()
         last: _Run | None = None
-        for event in events:
-            where = f"{self.cassette}:{event.line}"
-            kind = event.kind
-            if kind in TREE_EVENTS:
-                self._apply([event.data], deny)
-            elif kind == "effect":
-                if last is None:
-                    raise CassetteError(f"{where}: an effect with no command before it")
-                last.effects.extend(event.data["changes"])
-            elif kind == "exec":
-                last = _run_of(event.line, event.data, where)
-                self._runs.setdefault(last.key, deque()).append(last)
-                self._order.append(last)
-            else:
-                self.operations_recorded += 1
+        try:
+            for event in events:
+                where = f"{self.cassette}:{event.line}"
+                kind = event.kind
+                if kind in TREE_EVENTS:
+                    self._apply([event.data], deny)
+                elif kind == "effect":
+                    if last is None:
+                        raise CassetteError(f"{where}: an effect with no command before it")
+                    last.effects.extend(event.data["changes"])
+                elif kind == "exec":
+                    last = _run_of(event.line, event.data, where)
+                    self._runs.setdefault(last.key, deque()).append(last)
+                    self._order.append(last)
+                else:
+                    self.operations_recorded += 1
+        finally:
+            events.close()
         self._enforcer = PolicyEnforcer(Policy(deny_read=deny, deny_write=[])) if deny else None
         self._recorder: Any = None
         self.commands.register(lambda command: True, self._bash)
