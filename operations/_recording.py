@@ -85,6 +85,7 @@ class RecordingBackend:
         source: where the session was recorded, for the header (a URL without credentials).
         append: add to an existing cassette instead of starting one (no new snapshot).
         state: the written-state digest to carry on (a replay that appends new commands).
+        close_inner: whether :meth:`aclose` closes ``inner`` (false when it is shared).
     """
 
     def __init__(
@@ -96,8 +97,10 @@ class RecordingBackend:
         source: str | None = None,
         append: bool = False,
         state: WrittenState | None = None,
+        close_inner: bool = True,
     ) -> None:
         self.inner = inner
+        self._close_inner = close_inner
         self.path = Path(path)
         self._enforcer = PolicyEnforcer(Policy(deny_read=list(deny_read), deny_write=[]))
         header = {"root": inner.root, "source": source, "deny_read": list(deny_read)}
@@ -481,9 +484,10 @@ class RecordingBackend:
     # -- lifecycle ----------------------------------------------------------------------------
 
     async def aclose(self) -> None:
-        """Close the inner backend, then the cassette. Idempotent."""
+        """Close the inner backend (unless shared), then the cassette. Idempotent."""
         try:
-            await self.inner.aclose()
+            if self._close_inner:
+                await self.inner.aclose()
         finally:
             self._writer.close()
 

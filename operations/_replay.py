@@ -26,11 +26,12 @@ from __future__ import annotations
 import difflib
 import os
 from collections import deque
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from ._abort import AbortSignal
 from ._cassette import (
     TREE_EVENTS,
     CassetteError,
@@ -43,8 +44,8 @@ from ._gate import Gate
 from ._memory import File, InMemoryOperations, Symlink
 from ._policy import Policy, PolicyEnforcer
 from ._protocols import Backend
-from ._runner import CommandContext
-from ._types import KillReason, SearchMatch
+from ._runner import CommandContext, CommandRunner
+from ._types import ExecResult, KillReason, OnData, SearchMatch
 from ._vfs import DirNode
 
 __all__ = ["KILL_GRACE_S", "CassetteMismatch", "ReplayMode", "ReplayOperations"]
@@ -276,6 +277,32 @@ class ReplayOperations(InMemoryOperations):
 
     # -- commands -----------------------------------------------------------------------------
 
+    async def _exec(
+        self,
+        runner: CommandRunner,
+        op: str,
+        command: str,
+        cwd: str,
+        on_data: OnData,
+        signal: AbortSignal | None,
+        timeout: float | None,
+        env: Mapping[str, str] | None,
+        gate: Gate | None = None,
+    ) -> ExecResult:
+        # A command the live backend refused before it ran (its cwd, the policy) is refused
+        # again with the recorded error, word for word, before the memory backend's own checks.
+        shell = "bash" if runner is self.commands else "powershell"
+        key = (shell, command, cwd, self.state.digest())
+        queue = self._runs.get(key)
+        head = self._order[0] if self.mode == "strict" and self._order else None
+        upcoming = head if self.mode == "strict" else (queue[0] if queue else None)
+        if upcoming is not None and upcoming.key == key and upcoming.error is not None:
+            self._take(key)
+            error = error_from_json(upcoming.error)
+            self._note(op, cwd, error.code, command)
+            raise error
+        return await super()._exec(runner, op, command, cwd, on_data, signal, timeout, env, gate)
+
     async def _bash(self, ctx: CommandContext) -> int:
         return await self._answer("bash", ctx)
 
@@ -332,8 +359,6 @@ class ReplayOperations(InMemoryOperations):
             if self.mode == "new_episodes":
                 return await self._live(shell, ctx)
             raise self._mismatch(run)
-        if run.error is not None:
-            raise error_from_json(run.error)
         for delay, data in run.chunks:
             if delay:
                 await ctx.sleep(delay)
