@@ -327,9 +327,7 @@ class ReplayOperations(InMemoryOperations):
             )
         queue = self._runs.get(key)
         if queue:
-            run = queue.popleft()
-            self._order.remove(run)
-            return run
+            return queue.popleft()  # (the recorded order is only kept for 'strict')
         return CassetteMismatch(
             f"exec {_describe(key)}: not in cassette {str(self.cassette)!r}{self._nearest(key)}"
         )
