@@ -6,7 +6,7 @@ import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
-from operations import Backend, InvalidArgument
+from operations import Backend, InvalidArgument, RecordingBackend
 
 __all__ = ["connect", "register_scheme"]
 
@@ -45,6 +45,10 @@ def connect(url: str, **options: Any) -> Backend:
     ``ssh://user@host:port`` (a broker process). Keyword options go to the backend (``token=``,
     ``client_keys=``, ...). The result is an async context manager; close it with ``aclose()``.
 
+    ``record=FILE`` records the session to the cassette ``FILE``
+    (:class:`~operations.RecordingBackend`), for ``InMemoryOperations.from_cassette(FILE)`` to
+    replay; the options (tokens, keys) and the URL's credentials are never written to it.
+
     Raises:
         InvalidArgument: the URL is malformed or its scheme is unknown.
     """
@@ -61,7 +65,12 @@ def connect(url: str, **options: Any) -> Backend:
         raise InvalidArgument(
             "connect", url, f"unknown backend scheme {scheme!r}; use one of {known}"
         )
-    return loader()(parts, options)
+    record = options.pop("record", None)
+    backend = loader()(parts, options)
+    if record is None:
+        return backend
+    source = parts._replace(netloc=parts.netloc.rpartition("@")[2], query="", fragment="")
+    return RecordingBackend(backend, record, source=source.geturl())
 
 
 def _memory_factory(parts: urllib.parse.SplitResult, options: dict[str, Any]) -> Backend:

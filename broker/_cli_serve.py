@@ -87,6 +87,12 @@ def add_parser(subparsers: Any, extensions: Sequence[ServeExtension] = ()) -> No
     parser.add_argument("--token-file", type=Path, help="bearer tokens, 'TOKEN PRINCIPAL' lines")
     parser.add_argument("--policy", type=Path, help="a policy TOML file (default: the safe policy)")
     parser.add_argument("--audit-log", type=Path, help="append one hash-chained JSON line per call")
+    parser.add_argument(
+        "--record",
+        type=Path,
+        metavar="FILE",
+        help="record the session to a cassette, for InMemoryOperations.from_cassette(FILE)",
+    )
     parser.add_argument("--quiet", action="store_true", help="do not log one line per call")
     for extension in extensions:
         extension.add_arguments(parser)
@@ -103,6 +109,7 @@ def _config(args: argparse.Namespace) -> BrokerConfig:
         "ssh_host_key": args.ssh_host_key,
         "policy": args.policy,
         "audit_log": args.audit_log,
+        "record": args.record,
     }
     if args.ssh and not args.grpc:
         overrides["grpc"] = []  # --ssh alone serves SSH only

@@ -30,7 +30,7 @@ from opsbroker.v1 import broker_pb2_grpc as pb_grpc
 from opsbroker.v1.codec import MAX_MESSAGE_BYTES
 from pydantic import BaseModel, ConfigDict, Field
 
-from operations import Backend, InvalidArgument, load_policy
+from operations import Backend, InvalidArgument, RecordingBackend, load_policy
 
 from ._auth import TokenTable
 from ._core import Broker
@@ -102,6 +102,8 @@ class BrokerConfig(BaseModel):
     ssh_authorized_keys: Path | None = None
     ssh_host_key: Path | None = None
     ssh_command_timeout: float | None = None
+    record: Path | None = None
+    """Record every call to this cassette (``opsbroker serve --record FILE``)."""
 
     @classmethod
     def from_toml(cls, path: Path, **overrides: Any) -> BrokerConfig:
@@ -275,6 +277,16 @@ class BrokerServer:
             elif sandbox is not None and hasattr(self._backend, "use_sandbox"):
                 # A core handed in runs its commands in the policy's sandbox too (never bare).
                 self._backend.use_sandbox(sandbox)
+            if config.record is not None:
+                # Under the policy: refusals are recorded as refusals, and denied files' content
+                # is never written (the recorder is told the deny_read globs too).
+                policy = self.enforcement.policy if self.enforcement is not None else None
+                self._backend = RecordingBackend(
+                    self._backend,
+                    config.record,
+                    deny_read=policy.deny_read if policy is not None else (),
+                    source=f"opsbroker serve --root {self._backend.root}",
+                )
         except BaseException:
             if self.enforcement is not None:
                 self.enforcement.close()  # release the audit lock and the sandbox's temp dir

@@ -3,13 +3,15 @@
 General layout: ``_protocols`` (the interfaces), ``_types`` (values that cross them), ``_errors``
 (one hierarchy, stable codes), ``_abort`` (cancellation); the shared rules every backend follows
 (``_glob``, ``_gitignore``, ``_walk``, ``_search``, ``_mime``); and the memory backend
-(``_memory`` over ``_vfs`` and ``_runner``). Nothing here does network I/O, and
+(``_memory`` over ``_vfs`` and ``_runner``); cassettes (``_cassette`` the format,
+``_recording`` the recorder around any backend, ``_replay`` the memory backend replaying one). Nothing here does network I/O, and
 nothing here imports ``broker`` or ``agent_side``; both depend on this package.
 """
 
 from ._abort import AbortController as AbortController
 from ._abort import AbortSignal as AbortSignal
 from ._abort import abort_scope as abort_scope
+from ._cassette import CassetteError as CassetteError
 from ._chunked import ChunkedFileOperations as ChunkedFileOperations
 from ._chunked import read_chunks as read_chunks
 from ._chunked import read_small as read_small
@@ -80,6 +82,9 @@ from ._protocols import LsOperations as LsOperations
 from ._protocols import PowerShellOperations as PowerShellOperations
 from ._protocols import ReadOperations as ReadOperations
 from ._protocols import WriteOperations as WriteOperations
+from ._recording import RecordingBackend as RecordingBackend
+from ._replay import CassetteMismatch as CassetteMismatch
+from ._replay import ReplayOperations as ReplayOperations
 from ._runner import CommandContext as CommandContext
 from ._runner import CommandRunner as CommandRunner
 from ._search import BINARY_SNIFF_BYTES as BINARY_SNIFF_BYTES
@@ -114,6 +119,8 @@ __all__ = [
     "AuditSink",
     "Backend",
     "BashOperations",
+    "CassetteError",
+    "CassetteMismatch",
     "ChunkedFileOperations",
     "CommandContext",
     "CommandEnvCache",
@@ -166,6 +173,8 @@ __all__ = [
     "ProcessState",
     "PtySize",
     "ReadOperations",
+    "RecordingBackend",
+    "ReplayOperations",
     "SandboxPolicy",
     "SearchMatch",
     "SeedValue",

@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Literal, Self
+from typing import TYPE_CHECKING, Any, Literal, Self
 
 from ._abort import AbortSignal
 from ._chunked import FALLBACK_WRITE_LIMIT
@@ -62,6 +62,9 @@ from ._vfs import (
     stat_of,
 )
 from ._walk import glob_paths
+
+if TYPE_CHECKING:
+    from ._protocols import Backend
 
 __all__ = [
     "Dir",
@@ -191,6 +194,26 @@ class InMemoryOperations:
                 else:
                     files[rel] = Fifo(stat_module.S_IMODE(st.st_mode))
         return cls(files, **options)  # type: ignore[arg-type]
+
+    @classmethod
+    def from_cassette(
+        cls,
+        cassette: str | os.PathLike[str],
+        *,
+        mode: Literal["strict", "once", "new_episodes"] = "strict",
+        live: Backend | None = None,
+        **options: Any,
+    ) -> InMemoryOperations:
+        """A backend replaying a recorded session (:mod:`operations._replay`): the recorded tree,
+        and commands answered from the recording. ``options`` go to the constructor.
+
+        Raises:
+            CassetteError: the cassette is missing, damaged, of another version, or names a
+                path outside its root (the message names the file and line).
+        """
+        from ._replay import ReplayOperations
+
+        return ReplayOperations(cassette, mode=mode, live=live, **options)
 
     def seed(self, files: Mapping[str, SeedValue]) -> None:
         """Add content, bypassing confinement and permissions (the harness is trusted).
