@@ -164,7 +164,7 @@ async def _tools(args: argparse.Namespace) -> AsyncIterator[_Served]:
 
 
 def _tokens(args: argparse.Namespace) -> TokenTable:
-    path = args.http_token_file or default_token_file()
+    path = args.http_token_file or default_token_file(args.root)
     try:
         return (
             TokenTable.load_or_create(path)
@@ -207,7 +207,7 @@ async def _serve(args: argparse.Namespace) -> int:
                 tools_for=served.tools_for,
                 allowed_origins=args.http_allow_origin,
                 refused=served.refused,
-                ready=_announce(tokens.path or default_token_file()),
+                ready=_announce(tokens.path or default_token_file(args.root)),
             )
     return 0
 

@@ -34,6 +34,9 @@ WRITE_OPS = frozenset({"write_file", "mkdir", "remove", "rename"})
 COMMAND_OPS = frozenset({"exec", "exec_powershell"})
 TOP_PATHS = 5  # paths listed per principal in a summary
 
+UNAUTHENTICATED = "(unauthenticated)"
+"""How a summary names the records of callers refused before they had a principal."""
+
 Record = dict[str, object]
 
 
@@ -205,7 +208,8 @@ def summarise(records: Iterable[Record]) -> dict[str, dict[str, object]]:
     counts: dict[str, Counter[str]] = {}
     paths: dict[str, Counter[str]] = {}
     for record in records:
-        who = str(record.get("principal"))
+        principal = record.get("principal")
+        who = UNAUTHENTICATED if principal is None else str(principal)
         tally = counts.setdefault(who, Counter())
         op = record.get("op")
         if op in READ_OPS:

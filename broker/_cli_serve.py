@@ -2,7 +2,8 @@
 
 ``opsbroker serve --root DIR`` alone serves gRPC on loopback (:data:`DEFAULT_GRPC_ADDRESS`, or a
 free loopback port when that one is taken) with a generated token, and prints how to connect.
-Every failure is one line on stderr and exit status 1 (2 for usage errors).
+Every failure is one line on stderr and exit status 1 (2 for usage errors, 4 for an invalid
+policy).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any, Protocol
 import pydantic
 from opsbroker.malloc import tune_allocator
 
-from operations import OpsError
+from operations import OpsError, PolicyError
 
 from ._serve import (
     DEFAULT_GRPC_ADDRESS,
@@ -161,6 +162,7 @@ async def _serve(config: BrokerConfig, frontends: Sequence[Frontend]) -> None:
         print(f"opsbroker: principals: {server.principal_model}", flush=True)
         if server.token_file is not None:
             print(f"opsbroker: token file: {server.token_file}", flush=True)
+        _print_policy(server)
         example = _how_to_connect(server)
         if example is not None:
             print(f"opsbroker: connect with: {example}", flush=True)
@@ -169,6 +171,29 @@ async def _serve(config: BrokerConfig, frontends: Sequence[Frontend]) -> None:
     finally:
         await server.stop()
     print("opsbroker: stopped", flush=True)
+
+
+def _print_policy(server: BrokerServer) -> None:
+    """The deny lists in force (built-in globs included), and a warning when ``read_only``
+    cannot bind commands because the kernel sandbox is off."""
+    enforcement = server.enforcement
+    if enforcement is None:
+        return
+    policy = enforcement.policy
+    print(f"opsbroker: deny_read: {', '.join(policy.deny_read) or '(none)'}", flush=True)
+    print(f"opsbroker: deny_write: {', '.join(policy.deny_write) or '(none)'}", flush=True)
+    if policy.read_only and not enforcement.sandbox_active:
+        print(
+            "opsbroker: WARNING: read_only refuses file operations, but commands can still "
+            "write under the root: the kernel sandbox is off (set sandbox.mode, or exec.enabled "
+            "= false)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+POLICY_ERROR_STATUS = 4
+"""Exit status of ``serve`` for a policy file that is missing, not TOML, or invalid."""
 
 
 def run(args: argparse.Namespace, extensions: Sequence[ServeExtension] = ()) -> int:
@@ -189,6 +214,8 @@ def run(args: argparse.Namespace, extensions: Sequence[ServeExtension] = ()) -> 
         return _fail(f"{exc} (see 'opsbroker serve --help')", 2)
     except OpsError as exc:
         return _fail(str(exc))
+    except PolicyError as exc:
+        return _fail(str(exc), POLICY_ERROR_STATUS)
     except pydantic.ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e['loc']) or 'config'}: {e['msg']}" for e in exc.errors()

@@ -22,6 +22,7 @@ from typing import Any, Literal, Self, TypeVar
 from operations import (
     AbortSignal,
     DirEntry,
+    EscapesRoot,
     ExecPolicy,
     ExecResult,
     FileKind,
@@ -406,10 +407,10 @@ class Broker:
     async def exists(self, path: str, *, gate: Gate | None = None) -> bool:
         try:
             self._root.stat("exists", path, gate and gate.seen)
-        except (InvalidArgument, Unavailable):
-            raise
+        except (InvalidArgument, Unavailable, EscapesRoot):
+            raise  # an escape is refused like a read of it, never "not found"
         except OpsError:
-            return False  # missing, dangling, a loop, leading outside: nothing usable there
+            return False  # missing, dangling, a loop: nothing usable there
         return True
 
     async def stat(self, path: str, *, gate: Gate | None = None) -> FileStat:

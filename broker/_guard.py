@@ -18,9 +18,25 @@ from operations import Backend, GuardedBackend, Policy
 from ._audit import AuditError, AuditLog
 from ._landlock import Sandbox, sandbox_status
 
-__all__ = ["MAX_GUARDS", "Enforcement"]
+__all__ = ["MAX_GUARDS", "Enforcement", "peer_address"]
 
 MAX_GUARDS = 1024  # cached (principal, peer) guards of one broker; cleared when full
+
+
+def peer_address(peer: str | None) -> str | None:
+    """A peer as every transport writes it in the audit log: ``HOST:PORT`` (IPv6 in brackets),
+    ``unix:PATH``; gRPC's ``ipv4:`` / ``ipv6:`` scheme prefixes are dropped."""
+    if not peer:
+        return None
+    for scheme in ("ipv4:", "ipv6:"):
+        if peer.startswith(scheme):
+            peer = peer.removeprefix(scheme)
+            break
+    else:
+        host, sep, port = peer.rpartition(":")
+        if sep and ":" in host and not host.startswith("["):  # bare IPv6 from a socket
+            peer = f"[{host}]:{port}"
+    return peer
 
 
 class Enforcement:
@@ -100,7 +116,7 @@ class Enforcement:
             audit=self.audit,
             principal=principal,
             transport=transport,
-            peer=peer,
+            peer=peer_address(peer),
             close_inner=False,
         )
 
@@ -140,7 +156,7 @@ class Enforcement:
             "op": op,
             "principal": principal,
             "transport": transport,
-            "peer": peer,
+            "peer": peer_address(peer),
             "path": None,
             "resolved": None,
             "decision": "deny",

@@ -344,7 +344,8 @@ class Ruleset:
 
 class Sandbox(Ruleset):
     """The command sandbox: write under ``root``, ``tmpdir`` and ``write``; read and execute
-    under ``read``; signals and abstract sockets scoped (ABI >= 6)::
+    under ``read``; signals and abstract sockets scoped (ABI >= 6). With ``read_only`` the root
+    is only read and executed from, so a read-only policy binds commands too::
 
         sandbox = Sandbox(root, tmpdir)
         manager = ProcessManager(sandbox=sandbox)  # each command enters it between fork and exec
@@ -361,16 +362,19 @@ class Sandbox(Ruleset):
         *,
         read: Iterable[str] = DEFAULT_SANDBOX_READ,
         write: Iterable[str] = (),
+        read_only: bool = False,
         abi: int | None = None,
     ) -> None:
         self._owned_tmp = False
         self.root = root
         self.tmpdir = tmpdir
-        writable = [root, tmpdir, *write]
-        for path in writable:
+        self.read_only = read_only
+        writable = [tmpdir, *write] if read_only else [root, tmpdir, *write]
+        for path in [root, *writable]:
             os.stat(path)  # a missing writable directory is an error, never silently dropped
+        readable = [root, *read] if read_only else list(read)
         abi = landlock_abi() if abi is None else abi
-        super().__init__(plan_rules(abi, write=writable, read=read), abi=abi)
+        super().__init__(plan_rules(abi, write=writable, read=readable), abi=abi)
 
     def env(self) -> dict[str, str]:
         """Variables pointing temporary files at the private temp directory."""
@@ -395,7 +399,13 @@ class Sandbox(Ruleset):
             return None
         tmpdir = tempfile.mkdtemp(prefix="opsbroker-cmd-")
         try:
-            sandbox = cls(root, tmpdir, read=policy.sandbox.read, write=policy.sandbox.write)
+            sandbox = cls(
+                root,
+                tmpdir,
+                read=policy.sandbox.read,
+                write=policy.sandbox.write,
+                read_only=policy.read_only,
+            )
         except BaseException:
             shutil.rmtree(tmpdir, ignore_errors=True)
             raise

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import ipaddress
 import logging
 import os
+import re
 import socket
 import tomllib
 from collections.abc import Callable, Sequence
@@ -63,13 +65,20 @@ _HEALTH_METHODS = ("/grpc.health.v1.Health/Check", "/grpc.health.v1.Health/Watch
 _log = logging.getLogger("opsbroker.serve")
 
 
-def default_token_file() -> Path:
-    """Where a broker keeps its generated tokens: ``$XDG_STATE_HOME/opsbroker/tokens``.
+def default_token_file(root: str | os.PathLike[str] | None = None) -> Path:
+    """Where a broker keeps its generated tokens: ``$XDG_STATE_HOME/opsbroker/tokens``, or for
+    a broker of ``root``, ``.../opsbroker/tokens-<root's name>-<hash of its real path>``.
 
-    Never inside the workspace root, where the commands the broker runs could read it.
+    One file per root, so the token of one workspace's broker does not open another's. Never
+    inside the workspace root, where the commands the broker runs could read it.
     """
     state = os.environ.get("XDG_STATE_HOME") or os.path.join(Path.home(), ".local", "state")
-    return Path(state) / "opsbroker" / "tokens"
+    if root is None:
+        return Path(state) / "opsbroker" / "tokens"
+    real = os.path.realpath(root)
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", os.path.basename(real))[:40] or "root"
+    digest = hashlib.sha256(os.fsencode(real)).hexdigest()[:12]
+    return Path(state) / "opsbroker" / f"tokens-{name}-{digest}"
 
 
 class BrokerConfig(BaseModel):
@@ -77,7 +86,7 @@ class BrokerConfig(BaseModel):
 
     ``grpc`` lists listen addresses: ``HOST:PORT`` (port 0 picks a free one), ``[::1]:PORT``,
     ``unix:/path/to.sock``. TCP needs authentication: bearer tokens from ``token_file`` (created,
-    mode 0600, with one fresh token when missing; default :func:`default_token_file`) or mutual
+    mode 0600, with one fresh token when missing; default :func:`default_token_file` of the root) or mutual
     TLS (``tls_client_ca``). A Unix socket is guarded by its file permissions (0600). A TCP
     address that is not loopback needs authentication configured on purpose: an explicit
     ``token_file`` or ``tls_client_ca`` (a token generated behind the operator's back is for
@@ -329,7 +338,7 @@ class BrokerServer:
     def frontend_tokens(self) -> TokenTable:
         """The bearer tokens of this broker (loaded, or created with one token, as for gRPC)."""
         if self.tokens is None:
-            self.token_file = self.config.token_file or default_token_file()
+            self.token_file = self.config.token_file or default_token_file(self.backend.root)
             self.tokens = TokenTable.load_or_create(self.token_file)
         return self.tokens
 
@@ -340,7 +349,7 @@ class BrokerServer:
         needs_auth = any(not _is_unix(a) for a in config.grpc)
         mtls = config.tls_client_ca is not None
         if needs_auth and (config.token_file is not None or not mtls):
-            self.token_file = config.token_file or default_token_file()
+            self.token_file = config.token_file or default_token_file(backend.root)
             self.tokens = TokenTable.load_or_create(self.token_file)
         authenticator = Authenticator(
             self.tokens,

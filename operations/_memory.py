@@ -33,6 +33,7 @@ from ._chunked import FALLBACK_WRITE_LIMIT
 from ._errors import (
     AlreadyExists,
     DirectoryNotEmpty,
+    EscapesRoot,
     InvalidArgument,
     IsADirectory,
     NotADirectory,
@@ -489,8 +490,8 @@ class InMemoryOperations:
         with self._op("exists", path):
             try:
                 resolved = self.vfs.resolve("exists", path, follow=True)
-            except InvalidArgument:
-                raise
+            except (InvalidArgument, EscapesRoot):
+                raise  # an escape is refused like a read of it, never "not found"
             except OpsError:
                 return False
             if resolved.node is not None and gate is not None:

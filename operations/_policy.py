@@ -15,7 +15,11 @@ matches a name at any depth, one with ``/`` the whole path from the root), match
 ``/``-separated path relative to the workspace root. A path is covered when the glob matches it
 *or one of its parent directories*, so ``secrets`` covers ``secrets/a/b``.
 
-**Timeouts:** a command with no timeout gets ``exec.default_timeout``; one that asks for more than
+**Deny lists:** ``deny_read`` and ``deny_write`` given in a policy *extend* the built-in globs
+(secrets, files that run code later); ``replace_default_deny_read`` / ``..._write`` replace them.
+
+**Timeouts:** a command with no timeout gets ``exec.default_timeout`` (an unset one follows a
+lower ``exec.max_timeout`` down); one that asks for more than
 ``exec.max_timeout`` is *refused* (``PolicyDenied``, rule ``exec.max_timeout``), never silently
 shortened, so the caller learns the limit instead of seeing a surprising kill.
 """
@@ -194,6 +198,18 @@ class ExecPolicy(_Section):
         ),
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _default_follows_max(cls, data: Any) -> Any:
+        """An unset ``default_timeout`` follows a ``max_timeout`` set below it down, so setting
+        only ``max_timeout = 60`` is a valid policy; a default set above the maximum is not."""
+        if isinstance(data, Mapping) and "default_timeout" not in data:
+            maximum = data.get("max_timeout")
+            default = cls.model_fields["default_timeout"].default
+            if isinstance(maximum, int | float) and 0 < maximum < default:
+                return {**data, "default_timeout": maximum}
+        return data
+
     @model_validator(mode="after")
     def _default_within_max(self) -> ExecPolicy:
         if self.default_timeout > self.max_timeout:
@@ -322,15 +338,34 @@ class Policy(_Section):
         default=None, description="Workspace root; the command line's `--root` wins over it."
     )
     read_only: bool = Field(
-        default=False, description="Refuse every change: write, mkdir, remove, rename."
+        default=False,
+        description=(
+            "Refuse every change: write, mkdir, remove, rename. Commands are bound too only "
+            "with the kernel sandbox on (`sandbox.mode`: no write access under the root); "
+            "without it a command can still write, and `serve` warns at start."
+        ),
     )
     deny_read: list[str] = Field(
         default=list(DEFAULT_DENY_READ),
-        description="Root-relative globs no file operation may read (content or search results).",
+        description=(
+            "Root-relative globs no file operation may read (content or search results). "
+            "The globs given are added to the built-in secret globs (the default)."
+        ),
+    )
+    replace_default_deny_read: bool = Field(
+        default=False,
+        description="Let `deny_read` replace the built-in secret globs instead of extending them.",
     )
     deny_write: list[str] = Field(
         default=list(DEFAULT_DENY_WRITE),
-        description="Root-relative globs no file operation may create, change, remove or rename.",
+        description=(
+            "Root-relative globs no file operation may create, change, remove or rename. "
+            "The globs given are added to the built-in ones (the default)."
+        ),
+    )
+    replace_default_deny_write: bool = Field(
+        default=False,
+        description="Let `deny_write` replace the built-in globs instead of extending them.",
     )
     max_read_bytes: Annotated[int, Field(gt=0)] = Field(
         default=64 * MiB, description="Largest file `read_file` returns."
@@ -348,6 +383,21 @@ class Policy(_Section):
 
     _globs_read = field_validator("deny_read")(_check_globs)
     _globs_write = field_validator("deny_write")(_check_globs)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _extend_defaults(cls, data: Any) -> Any:
+        """A ``deny_*`` list given is added to the built-in globs unless its
+        ``replace_default_deny_*`` key says otherwise: a policy naming one more secret must
+        not make ``.env`` readable."""
+        if not isinstance(data, Mapping):
+            return data
+        data = dict(data)
+        for key, defaults in (("deny_read", DEFAULT_DENY_READ), ("deny_write", DEFAULT_DENY_WRITE)):
+            given = data.get(key)
+            if isinstance(given, list) and data.get(f"replace_default_{key}") is not True:
+                data[key] = [*defaults, *(g for g in given if g not in defaults)]
+        return data
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, object], *, source: str = "") -> Policy:

@@ -41,3 +41,25 @@ def test_unknown_code_becomes_plain_ops_error() -> None:
 @pytest.mark.parametrize("name", operations.__all__)
 def test_public_names_exist(name: str) -> None:
     assert hasattr(operations, name)
+
+
+def _every_error_type(base: type[OpsError] = OpsError) -> list[type[OpsError]]:
+    found: list[type[OpsError]] = []
+    for cls in base.__subclasses__():
+        found += [cls, *_every_error_type(cls)]
+    return found
+
+
+@pytest.mark.parametrize("cls", _every_error_type(), ids=lambda c: c.__name__)
+def test_every_error_type_has_its_own_grpc_status(cls: type[OpsError]) -> None:
+    """A type missing from the table answers gRPC UNKNOWN (as DirectoryNotEmpty did)."""
+    import grpc
+
+    from broker._frontends._grpcwire import STATUS, status_of
+
+    assert cls in STATUS, f"{cls.__name__} has no entry in the gRPC status table"
+    assert status_of(cls("remove", "/w/d")) not in (grpc.StatusCode.UNKNOWN, grpc.StatusCode.OK)
+
+
+def test_the_hierarchy_walk_sees_every_public_error() -> None:
+    assert set(ERROR_TYPES.values()) <= set(_every_error_type())

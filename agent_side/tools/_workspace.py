@@ -18,12 +18,14 @@ from operations import (
     Backend,
     BashOperations,
     EditOperations,
+    EscapesRoot,
     ExecResult,
     FileStat,
     FindOperations,
     GrepOperations,
     LsOperations,
     OnData,
+    PolicyDenied,
     PowerShellOperations,
     ReadOperations,
     SearchMatch,
@@ -32,7 +34,7 @@ from operations import (
 
 from .._connect import connect
 from .._tool import ToolContext
-from ._errors import ToolError
+from ._errors import ToolError, describe_error
 from ._paths import resolve_to_cwd
 
 __all__ = ["LocalOperations", "PowerShellHost", "ToolOperations", "Workspace"]
@@ -214,6 +216,10 @@ class Workspace(Generic[OpsT]):
         """:meth:`resolve` ``path`` (default ``.``); raise ``Path not found: ...`` if it is not
         there, as ``ls`` and ``find`` do before anything else."""
         resolved = self.resolve(path or ".", ctx)
-        if not await self.ops.exists(resolved):
+        try:
+            found = await self.ops.exists(resolved)
+        except (EscapesRoot, PolicyDenied) as exc:  # refused, as a read of it is: not "missing"
+            raise ToolError(describe_error(exc, "stat", resolved)) from None
+        if not found:
             raise ToolError(f"Path not found: {resolved}")
         return resolved

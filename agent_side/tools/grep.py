@@ -8,7 +8,14 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import Field
 
-from operations import AbortSignal, GrepOperations, OpsError, SearchMatch
+from operations import (
+    AbortSignal,
+    EscapesRoot,
+    GrepOperations,
+    OpsError,
+    PolicyDenied,
+    SearchMatch,
+)
 
 from .._messages import AgentToolResult
 from .._schema import JsonNumber
@@ -19,7 +26,7 @@ from .._tool import (
     ToolDefinition,
     wrap_tool_definition,
 )
-from ._errors import ToolError, abortable
+from ._errors import ToolError, abortable, describe_error
 from ._tooldef import ToolParams, count_arg, int_arg, text_result
 from ._truncate import (
     DEFAULT_MAX_BYTES,
@@ -97,6 +104,8 @@ def create_grep_tool_definition(
             limit = max(1, DEFAULT_LIMIT if requested is None else requested)
             try:
                 is_dir = bool(await ws.ops.is_directory(search_path))
+            except (EscapesRoot, PolicyDenied) as exc:  # refused, as a read of it is
+                raise ToolError(describe_error(exc, "stat", search_path)) from None
             except OpsError:
                 raise ToolError(f"Path not found: {search_path}") from None
             matches: list[SearchMatch] = []

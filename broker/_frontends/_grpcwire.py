@@ -20,6 +20,7 @@ from opsbroker.v1.codec import ERROR_METADATA_KEY, error_to_wire
 from operations import (
     Aborted,
     AlreadyExists,
+    DirectoryNotEmpty,
     EscapesRoot,
     InvalidArgument,
     IsADirectory,
@@ -59,6 +60,7 @@ STATUS: dict[type[OpsError], grpc.StatusCode] = {
     IsADirectory: grpc.StatusCode.FAILED_PRECONDITION,
     NotADirectory: grpc.StatusCode.FAILED_PRECONDITION,
     AlreadyExists: grpc.StatusCode.ALREADY_EXISTS,
+    DirectoryNotEmpty: grpc.StatusCode.FAILED_PRECONDITION,
     NotRegularFile: grpc.StatusCode.FAILED_PRECONDITION,
     TooManyLinks: grpc.StatusCode.FAILED_PRECONDITION,
     PermissionDenied: grpc.StatusCode.PERMISSION_DENIED,

@@ -117,8 +117,12 @@ def test_root_alone_serves_loopback_with_a_generated_token(tmp_path: Path, works
         assert address, printed
         host = address.group(1).rpartition(":")[0]
         assert host == "127.0.0.1", printed
-        token_file = tmp_path / "opsbroker" / "tokens"  # $XDG_STATE_HOME/opsbroker/tokens
-        assert f"token file: {token_file}" in printed
+        found = re.search(r"token file: (\S+)", printed)
+        assert found, printed
+        token_file = Path(found.group(1))  # $XDG_STATE_HOME/opsbroker/tokens-ws-<hash>
+        assert token_file.parent == tmp_path / "opsbroker" and token_file.name.startswith(
+            "tokens-ws-"
+        )
         assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
         assert f"grpc://{address.group(1)} --token-file {token_file} ls" in printed
         listing = _run_printed(tmp_path, printed)
@@ -173,7 +177,7 @@ def test_a_network_address_without_configured_authentication_is_refused(
     line = _assert_one_line(proc, 1)
     assert "not a loopback address" in line and "--token-file" in line
     assert proc.stdout == ""  # nothing was served
-    assert not (tmp_path / "opsbroker" / "tokens").exists()  # and no token generated for it
+    assert not (tmp_path / "opsbroker").exists()  # and no token generated for it
 
 
 def test_a_network_address_in_a_config_file_is_refused_too(tmp_path: Path, workspace: Path) -> None:
@@ -251,3 +255,64 @@ async def test_in_process_broker_refuses_a_network_address_without_authenticatio
         await server.start()
     assert server.addresses == [] and server.tokens is None  # refused before anything else
     await server.stop()
+
+
+def test_two_roots_get_two_token_files_and_one_root_keeps_its_own(
+    tmp_path: Path, workspace: Path
+) -> None:
+    """All brokers of one user shared one default token file: one token opened all of them."""
+    other = tmp_path / "other"
+    other.mkdir()
+    files = []
+    for root in (workspace, other, workspace):
+        with _serving(tmp_path, "--root", str(root), "--grpc", "127.0.0.1:0") as printed:
+            found = re.search(r"token file: (\S+)", printed)
+            assert found, printed
+            files.append((found.group(1), Path(found.group(1)).read_text()))
+    assert files[0][0] != files[1][0] and files[0][1] != files[1][1]
+    assert files[2] == files[0]
+
+
+def test_serve_prints_the_deny_lists_in_force(tmp_path: Path, workspace: Path) -> None:
+    policy = tmp_path / "policy.toml"
+    policy.write_text('deny_read = ["secrets/**"]\n')
+    args = ("--root", str(workspace), "--grpc", "127.0.0.1:0", "--policy", str(policy))
+    with _serving(tmp_path, *args) as printed:
+        deny_read = re.search(r"^opsbroker: deny_read: (.*)$", printed, re.M)
+        assert deny_read, printed
+        assert deny_read.group(1).split(", ")[0] == "**/.env"
+        assert deny_read.group(1).endswith("secrets/**")
+        assert re.search(r"^opsbroker: deny_write: \*\*/\.env, ", printed, re.M)
+        assert "WARNING: read_only" not in printed
+
+
+def test_read_only_without_the_sandbox_warns_that_commands_can_write(
+    tmp_path: Path, workspace: Path
+) -> None:
+    policy = tmp_path / "policy.toml"
+    policy.write_text('read_only = true\n[sandbox]\nmode = "none"\n')
+    args = ("--root", str(workspace), "--grpc", "127.0.0.1:0", "--policy", str(policy))
+    with _serving(tmp_path, *args) as printed:
+        assert "WARNING: read_only refuses file operations, but commands can still write" in printed
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("[exec]\nmax_timeout = -1\n", "exec.max_timeout: Input should be greater than 0"),
+        ("deny_read = [", "is not valid TOML"),
+        (None, "cannot read policy file"),
+    ],
+)
+def test_a_policy_error_is_one_line_with_its_own_status(
+    tmp_path: Path, workspace: Path, text: str | None, expected: str
+) -> None:
+    """A policy error used to end as ``unexpected PolicyError`` with status 1."""
+    policy = tmp_path / "policy.toml"
+    if text is not None:
+        policy.write_text(text)
+    proc = _serve(
+        tmp_path, "--root", str(workspace), "--grpc", "127.0.0.1:0", "--policy", str(policy)
+    )
+    line = _assert_one_line(proc, 4)
+    assert expected in line and "unexpected" not in line, line

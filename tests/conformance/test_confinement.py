@@ -333,7 +333,8 @@ async def test_paths_outside_the_root(ws: Workspace) -> None:
             await ws.ops.write_file(path, b"pwned")
         with pytest.raises(EscapesRoot):
             await ws.ops.stat(path)
-        assert not await ws.ops.exists(path)
+        with pytest.raises(EscapesRoot):  # not "missing": an escape is refused and audited
+            await ws.ops.exists(path)
     for path in [ws.path("outdir/new"), ws.path("absdir/new"), ws.outside + "/new"]:
         with pytest.raises(EscapesRoot):
             await ws.ops.write_file(path, b"pwned")
@@ -361,3 +362,23 @@ async def test_search_and_glob_do_not_follow_links_out(ws: Workspace) -> None:
     ws.make([f"outdir => {rel_out}", f"secret => {rel_out}/secret"])
     assert [m async for m in ws.ops.search("outside", ws.root)] == []
     assert await ws.ops.glob("*", ws.root) == ["outdir", "secret"]
+
+
+@pytest.mark.parametrize("tool", ["ls", "find", "grep"])
+async def test_a_tool_answers_an_escape_like_read(ws: Workspace, tool: str) -> None:
+    """``ls``/``find``/``grep`` of ``../..`` or of the decoy used to say ``Path not found``
+    (``exists`` answered False), so the probe was neither refused as an escape nor audited."""
+    from agent_side.tools import create_all_tools
+    from agent_side.tools._errors import ToolError
+
+    tools = {t.name: t for t in create_all_tools(ws.ops.root, ws.ops)}
+    for path in ["../..", ws.outside]:
+        args = {"path": path} if tool == "ls" else {"path": path, "pattern": "*"}
+        with pytest.raises(ToolError) as caught:
+            await tools[tool].execute(
+                "call", tools[tool].parameters.model_validate(args), None, None
+            )
+        assert str(caught.value).startswith("ESCAPES_ROOT: path escapes the workspace root, "), (
+            path,
+            str(caught.value),
+        )

@@ -263,6 +263,34 @@ async def test_local_commands_are_contained_by_the_sandbox(layout: Layout) -> No
         assert all(_alive(decoy.pid) for decoy in layout.decoys)
 
 
+@pytest.mark.skipif(ABI == 0, reason="needs Landlock: the fail-closed tests cover its absence")
+async def test_read_only_with_the_sandbox_binds_commands(tmp_path: Path) -> None:
+    """``read_only = true`` used to stop file operations only: ``touch newfile`` succeeded."""
+    root = tmp_path / "ROOT"
+    root.mkdir()
+    (root / "kept.txt").write_text("kept\n")
+    policy = Policy.from_mapping({"read_only": True, "sandbox": {"mode": "landlock"}})
+    sandbox = Sandbox.for_policy(policy, str(root))
+    assert sandbox is not None
+    try:
+        async with Broker(str(root), sandbox=sandbox) as broker:
+            out: list[bytes] = []
+            script = (
+                'touch newfile; echo x >> kept.txt; mkdir d; cat kept.txt; echo t > "$TMPDIR/t"; '
+                'cat "$TMPDIR/t"'
+            )
+            result = await broker.exec(
+                script, str(root), on_data=out.append, timeout=COMMAND_TIMEOUT_S
+            )
+            assert result.kill_reason is None
+    finally:
+        sandbox.close()
+    assert b"".join(out).decode().count("Permission denied") == 3
+    assert b"kept\nt\n" in b"".join(out)  # the root reads, the private temp dir writes
+    assert sorted(p.name for p in root.iterdir()) == ["kept.txt"]
+    assert (root / "kept.txt").read_text() == "kept\n"
+
+
 async def test_connect_local_takes_the_sandbox(layout: Layout) -> None:
     """``connect("local:/root", sandbox=...)`` builds the same sandboxed core."""
     if ABI == 0:

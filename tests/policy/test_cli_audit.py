@@ -137,3 +137,11 @@ def test_thousand_operations_in_well_under_a_second(tmp_path: Path) -> None:
         assert status == 0
     print("1,000-operation audit log, seconds:", {k: round(v, 4) for k, v in timings.items()})
     assert all(seconds < 5 for seconds in timings.values()), timings  # loose: the CI box is shared
+
+
+def test_summary_names_unauthenticated_attempts() -> None:
+    """Refusals before a principal was known were grouped under ``None``."""
+    from broker._cli_audit import UNAUTHENTICATED, summarise
+
+    summary = summarise([{"op": "auth", "principal": None, "decision": "deny"}])
+    assert list(summary) == [UNAUTHENTICATED] and summary[UNAUTHENTICATED]["refusals"] == 1

@@ -152,3 +152,24 @@ def test_front_end_refusals_are_audited(tmp_path: Path) -> None:
     (record,) = read_records([tmp_path / "audit.log"])
     assert record["decision"] == "deny" and record["code"] == "unauthenticated"
     assert record["peer"] == "127.0.0.1:5"
+
+
+@pytest.mark.parametrize(
+    ("given", "written"),
+    [
+        ("ipv4:127.0.0.1:52740", "127.0.0.1:52740"),
+        ("127.0.0.1:54096", "127.0.0.1:54096"),
+        ("ipv6:[::1]:52740", "[::1]:52740"),
+        ("::1:52740", "[::1]:52740"),
+        ("unix:/run/x.sock", "unix:/run/x.sock"),
+        ("", None),
+        (None, None),
+    ],
+)
+def test_peers_are_written_one_way_for_every_transport(
+    given: str | None, written: str | None
+) -> None:
+    """gRPC wrote ``ipv4:127.0.0.1:52740`` where SSH wrote ``127.0.0.1:54096``."""
+    from broker._guard import peer_address
+
+    assert peer_address(given) == written

@@ -125,7 +125,7 @@ async def test_deny_write_and_tree_checks() -> None:
 
 
 async def test_moving_a_secret_to_a_readable_name_is_refused() -> None:
-    policy = Policy(deny_read=["**/.env"], deny_write=[])
+    policy = Policy(deny_read=["**/.env"], deny_write=[], replace_default_deny_write=True)
     guard, inner, _ = make(policy)
     with pytest.raises(PolicyDenied) as info:
         await guard.rename(f"{ROOT}/.env", f"{ROOT}/env.txt")

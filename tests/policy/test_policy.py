@@ -21,7 +21,7 @@ from operations import (
     glob_matches,
     load_policy,
 )
-from operations._policy import _DenyList
+from operations._policy import DEFAULT_DENY_READ, _DenyList
 
 
 def test_defaults_are_safe() -> None:
@@ -53,7 +53,7 @@ def test_load_from_toml(tmp_path: Path) -> None:
     policy = load_policy(file)
     assert policy.root == "/srv/ws"
     assert policy.read_only
-    assert policy.deny_read == ["secrets"]
+    assert policy.deny_read == [*DEFAULT_DENY_READ, "secrets"]
     assert not policy.exec.enabled
     assert policy.exec.max_timeout == 30
     assert policy.env.set == {"CI": "1"}
@@ -81,6 +81,32 @@ def test_invalid_policy_names_every_key(tmp_path: Path) -> None:
     assert len(lines) == 6
     with pytest.raises(PolicyError, match="deny_write: error parsing glob '\\[abc'"):
         Policy.from_mapping({"deny_write": ["[abc"]})
+
+
+def test_a_deny_list_extends_the_built_in_globs_unless_told_to_replace_them() -> None:
+    """``deny_read = ["secrets/**"]`` used to drop the secret globs: ``.env`` became readable."""
+    extended = PolicyEnforcer(Policy.from_mapping({"deny_read": ["secrets/**"]}))
+    for path in (".env", "app/.env", "secrets/a"):
+        with pytest.raises(PolicyDenied):
+            extended.check_read("read_file", path)
+    extended.check_read("read_file", "src/main.py")
+    with pytest.raises(PolicyDenied):
+        PolicyEnforcer(Policy.from_mapping({"deny_write": ["build"]})).check_write(
+            "write_file", ".git/hooks/pre-commit"
+        )
+    replaced = PolicyEnforcer(
+        Policy.from_mapping({"deny_read": ["secrets/**"], "replace_default_deny_read": True})
+    )
+    replaced.check_read("read_file", ".env")
+    with pytest.raises(PolicyDenied):
+        replaced.check_read("read_file", "secrets/a")
+
+
+def test_an_unset_default_timeout_follows_a_lower_max_down() -> None:
+    """Setting only ``[exec] max_timeout = 60`` used to fail: the default stayed 120."""
+    policy = Policy.from_mapping({"exec": {"max_timeout": 60}})
+    assert policy.exec.default_timeout == 60
+    assert Policy.from_mapping({"exec": {"max_timeout": 900}}).exec.default_timeout == 120
 
 
 def test_default_timeout_above_max_is_invalid() -> None:
