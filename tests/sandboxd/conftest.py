@@ -84,6 +84,8 @@ def stop_broker(broker: Sandboxd) -> None:
     except subprocess.TimeoutExpired:
         broker.process.kill()
         broker.process.wait(timeout=10)
+    if broker.process.stdout is not None:
+        broker.process.stdout.close()
 
 
 @pytest.fixture
