@@ -88,7 +88,11 @@ def test_both_descriptors_clash_in_one_process() -> None:
         capture_output=True,
         text=True,
         timeout=60,
-        env={"PYTHONPATH": f"{REPO}:{REPO / 'proto'}", "PATH": "/usr/bin:/bin"},
+        env={
+            "PYTHONPATH": f"{REPO}:{REPO / 'proto'}",
+            "PATH": "/usr/bin:/bin",
+            "PYTHONDONTWRITEBYTECODE": "1",
+        },
     )
     assert done.returncode != 0
     assert "duplicate" in done.stderr.lower() or "conflict" in done.stderr.lower(), done.stderr
