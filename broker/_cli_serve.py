@@ -26,6 +26,8 @@ from operations import OpsError, PolicyError
 
 from ._serve import (
     DEFAULT_GRPC_ADDRESS,
+    SANDBOXD_GRPC_ADDRESS,
+    SANDBOXD_HTTP_ADDRESS,
     BrokerConfig,
     BrokerServer,
     Frontend,
@@ -84,6 +86,26 @@ def add_parser(subparsers: Any, extensions: Sequence[ServeExtension] = ()) -> No
     parser.add_argument(
         "--ssh-host-key", type=Path, metavar="FILE", help="the SSH host key (created if missing)"
     )
+    parser.add_argument(
+        "--sandboxd",
+        action="store_true",
+        help=(
+            "also serve the sandboxd surface (agent-sandbox KEP-539.2): ProcessService gRPC on "
+            f"{SANDBOXD_GRPC_ADDRESS} and the REST file API on {SANDBOXD_HTTP_ADDRESS}"
+        ),
+    )
+    parser.add_argument(
+        "--sandboxd-grpc",
+        action="append",
+        metavar="ADDR",
+        help="serve sandboxd's ProcessService on HOST:PORT instead (repeatable; implies --sandboxd)",
+    )
+    parser.add_argument(
+        "--sandboxd-http",
+        action="append",
+        metavar="ADDR",
+        help="serve sandboxd's REST API on HOST:PORT instead (repeatable; implies --sandboxd)",
+    )
     parser.add_argument("--config", type=Path, help="a TOML file with BrokerConfig fields")
     parser.add_argument("--token-file", type=Path, help="bearer tokens, 'TOKEN PRINCIPAL' lines")
     parser.add_argument("--policy", type=Path, help="a policy TOML file (default: the safe policy)")
@@ -112,6 +134,9 @@ def _config(args: argparse.Namespace) -> BrokerConfig:
         "audit_log": args.audit_log,
         "record": args.record,
     }
+    if args.sandboxd or args.sandboxd_grpc or args.sandboxd_http:
+        overrides["sandboxd_grpc"] = args.sandboxd_grpc or [SANDBOXD_GRPC_ADDRESS]
+        overrides["sandboxd_http"] = args.sandboxd_http or [SANDBOXD_HTTP_ADDRESS]
     if args.ssh and not args.grpc:
         overrides["grpc"] = []  # --ssh alone serves SSH only
     if args.config is not None:
@@ -157,6 +182,10 @@ async def _serve(config: BrokerConfig, frontends: Sequence[Frontend]) -> None:
             print(f"opsbroker: serving {config.root} on grpc {address}", flush=True)
         for address in server.ssh_addresses:
             print(f"opsbroker: serving {config.root} on ssh {address}", flush=True)
+        for address in server.sandboxd_grpc_addresses:
+            print(f"opsbroker: serving {config.root} on sandboxd-grpc {address}", flush=True)
+        for address in server.sandboxd_http_addresses:
+            print(f"opsbroker: serving {config.root} on sandboxd-http {address}", flush=True)
         for address in server.frontend_addresses:
             print(f"opsbroker: serving {config.root} on {address}", flush=True)
         print(f"opsbroker: principals: {server.principal_model}", flush=True)

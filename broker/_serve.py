@@ -42,6 +42,8 @@ from ._guard import Enforcement
 
 __all__ = [
     "DEFAULT_GRPC_ADDRESS",
+    "SANDBOXD_GRPC_ADDRESS",
+    "SANDBOXD_HTTP_ADDRESS",
     "BrokerConfig",
     "BrokerServer",
     "Frontend",
@@ -51,6 +53,8 @@ __all__ = [
 ]
 
 DEFAULT_GRPC_ADDRESS = "127.0.0.1:7443"  # loopback only: nothing off this machine can reach it
+SANDBOXD_GRPC_ADDRESS = "127.0.0.1:9090"  # the sandboxd spec's ProcessService port, on loopback
+SANDBOXD_HTTP_ADDRESS = "127.0.0.1:8080"  # the sandboxd spec's REST port, on loopback
 
 MAX_RECEIVE_MESSAGE_BYTES = 4 * 1024 * 1024  # requests carry 64 KiB chunks; 4 MiB is ample
 MAX_SEND_MESSAGE_BYTES = MAX_MESSAGE_BYTES  # one search match holds a whole line, however long
@@ -91,6 +95,10 @@ class BrokerConfig(BaseModel):
     address that is not loopback needs authentication configured on purpose: an explicit
     ``token_file`` or ``tls_client_ca`` (a token generated behind the operator's back is for
     loopback only).
+
+    ``sandboxd_grpc`` and ``sandboxd_http`` (``HOST:PORT``; empty: off) serve the sandboxd
+    surface (docs/sandboxd.md): plaintext, tokens from the same ``token_file``, the same rule
+    for addresses that are not loopback.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -113,6 +121,8 @@ class BrokerConfig(BaseModel):
     ssh_command_timeout: float | None = None
     record: Path | None = None
     """Record every call to this cassette (``opsbroker serve --record FILE``)."""
+    sandboxd_grpc: list[str] = Field(default_factory=list)
+    sandboxd_http: list[str] = Field(default_factory=list)
 
     @classmethod
     def from_toml(cls, path: Path, **overrides: Any) -> BrokerConfig:
@@ -239,6 +249,9 @@ class BrokerServer:
         self._started: list[Frontend] = []
         self.frontend_addresses: list[str] = []
         """What the extra front-ends serve on, ``KIND ADDRESS`` each."""
+        self._sandboxd: Any = None
+        self.sandboxd_grpc_addresses: list[str] = []
+        self.sandboxd_http_addresses: list[str] = []
 
     @property
     def principal_model(self) -> str:
@@ -254,6 +267,8 @@ class BrokerServer:
             parts.append("Unix socket: principal 'local' (socket mode 0600)")
         if self.config.ssh:
             parts.append("SSH: public key, principal = the key's comment or fingerprint")
+        if self.config.sandboxd_grpc or self.config.sandboxd_http:
+            parts.append("sandboxd: x-opsbroker-token header, principal from the tokens file")
         return "; ".join(parts)
 
     async def start(self) -> None:
@@ -305,6 +320,7 @@ class BrokerServer:
         try:
             await self._start_ssh(self._backend)
             await self._start_grpc(self._backend)
+            await self._start_sandboxd(self._backend)
             for frontend in self._frontends:
                 self.frontend_addresses += await frontend.start(self)
                 self._started.append(frontend)
@@ -394,11 +410,35 @@ class BrokerServer:
         for service in ("", SERVICE_NAME):
             await self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
 
+    async def _start_sandboxd(self, backend: Backend) -> None:
+        """Serve the sandboxd surface on ``config.sandboxd_grpc`` and ``config.sandboxd_http``."""
+        from ._frontends.sandboxd import SandboxdServer
+
+        config = self.config
+        if not (config.sandboxd_grpc or config.sandboxd_http):
+            return
+        for address in [*config.sandboxd_grpc, *config.sandboxd_http]:
+            error = bind_error(address)
+            if error is not None:
+                raise InvalidArgument("serve", address, f"cannot listen: {error.strerror or error}")
+        self._sandboxd = SandboxdServer(
+            backend,
+            self.frontend_tokens(),
+            enforcement=self.enforcement,
+            health_without_token=config.health_without_token,
+        )
+        await self._sandboxd.start(config.sandboxd_grpc, config.sandboxd_http)
+        self.sandboxd_grpc_addresses = list(self._sandboxd.grpc_addresses)
+        self.sandboxd_http_addresses = list(self._sandboxd.http_addresses)
+
     def _check_exposure(self) -> None:
         """Refuse a network-reachable address unless authentication was configured on purpose;
         warn when bearer tokens would cross the network in clear text."""
         config = self.config
         exposed = [a for a in config.grpc if not _is_unix(a) and not is_loopback_address(a)]
+        exposed += [
+            a for a in (*config.sandboxd_grpc, *config.sandboxd_http) if not is_loopback_address(a)
+        ]
         if not exposed:
             return
         if config.token_file is None and config.tls_client_ca is None:
@@ -472,6 +512,9 @@ class BrokerServer:
         started, self._started = self._started, []
         for extra in reversed(started):
             await extra.stop(grace)
+        sandboxd, self._sandboxd = self._sandboxd, None
+        if sandboxd is not None:
+            await sandboxd.stop(grace)
         ssh, self._ssh = self._ssh, []
         for frontend in ssh:
             await frontend.aclose(grace)

@@ -1,0 +1,104 @@
+"""uvicorn for the REST API: listening sockets and a header deadline against slowloris.
+
+uvicorn (h11) is the HTTP server: a well-kept asyncio server already installed with ``mcp``,
+with flow control both ways (a slow reader pauses a GET, a fast PUT pauses reading), a bounded
+header size (h11 answers an oversized or malformed request 400 and closes) and an idle
+keep-alive timeout. It has no deadline for a request's *headers*, so a client that sends them a
+byte at a time would hold a connection forever: :class:`DeadlineProtocol` gives every request
+:data:`HEADER_TIMEOUT_S` to arrive, then answers 408 and closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from typing import Any, Final
+
+import uvicorn
+from starlette.types import ASGIApp
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+__all__ = ["HEADER_TIMEOUT_S", "MAX_HEADER_BYTES", "DeadlineProtocol", "bind", "http_server"]
+
+HEADER_TIMEOUT_S: Final = 10.0  # from connection (or the last response) to a request's headers
+MAX_HEADER_BYTES: Final = 64 * 1024  # a request's head, at most (h11 answers 400 beyond)
+KEEP_ALIVE_S: Final = 60  # an idle keep-alive connection is closed after this (as sandboxd)
+SHUTDOWN_GRACE_S: Final = 5  # at stop, for running requests to finish
+
+_TIMEOUT_RESPONSE: Final = (
+    b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\nconnection: close\r\n"
+    b'content-length: 71\r\n\r\n{"code":"DEADLINE_EXCEEDED","message":"request headers took too long"}\n'
+)
+
+
+class DeadlineProtocol(H11Protocol):
+    """uvicorn's h11 protocol, with a deadline for each request's headers."""
+
+    header_timeout: float = HEADER_TIMEOUT_S
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._deadline: asyncio.TimerHandle | None = None
+        self._waiting_for: object = None
+
+    def _arm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+        self._waiting_for = self.cycle
+        self._deadline = self.loop.call_later(self.header_timeout, self._expire)
+
+    def _expire(self) -> None:
+        self._deadline = None
+        if self.cycle is self._waiting_for and not self.transport.is_closing():
+            self.transport.write(_TIMEOUT_RESPONSE)
+            self.transport.close()
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self._deadline is not None and self.cycle is not self._waiting_for:
+            self._deadline.cancel()  # a request's headers arrived
+            self._deadline = None
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if not self.transport.is_closing():
+            self._arm()  # the next request on this connection gets its own deadline
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+        super().connection_lost(exc)
+
+
+def bind(address: str) -> socket.socket:
+    """A listening TCP socket on ``HOST:PORT`` (port 0: a free one).
+
+    Raises:
+        OSError: the address cannot be parsed or listened on.
+    """
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise OSError(f"{address!r} is not HOST:PORT")
+    host = host.removeprefix("[").removesuffix("]")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    return socket.create_server((host, int(port)), family=family)
+
+
+def http_server(app: ASGIApp) -> uvicorn.Server:
+    """A uvicorn server for ``app`` (call ``serve(sockets=...)``)."""
+    config = uvicorn.Config(
+        app,
+        http=DeadlineProtocol,
+        lifespan="off",
+        log_level="warning",
+        access_log=False,
+        timeout_keep_alive=KEEP_ALIVE_S,
+        timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
+        h11_max_incomplete_event_size=MAX_HEADER_BYTES,
+    )
+    return uvicorn.Server(config)

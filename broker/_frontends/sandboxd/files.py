@@ -1,0 +1,305 @@
+"""The sandboxd Filesystem & Runtime REST API as an ASGI app, over the backend's file operations.
+
+``GET/HEAD/PUT/DELETE /v1/files/{path}``, ``GET /v1/health`` and ``GET /v1/metadata``, as
+``packages/sandboxd/spec/filesystem/v1/filesystem.yaml`` defines them. Every file request is a
+call of the backend's operations (``stat``, ``list_dir``, ``read_file`` streamed, ``write_file``
+streamed, ``mkdir``, ``remove``) behind the broker's policy and audit as the caller's principal,
+so the resolver decides on the path it opens: a ``..`` above the root, an absolute symlink or a
+link swapped in mid-request is an escape (403), never a file outside the workspace.
+
+Bodies stream both ways: a GET relays the backend's pieces as the client reads them, a PUT hands
+the body to the backend's atomic streamed write as it arrives (a ``multipart/form-data`` body is
+unwrapped on the way, :mod:`._multipart`), so a file of any size passes in bounded memory.
+
+Errors are the spec's JSON ``{"code": ..., "message": ...}`` with the status of the one table
+(:mod:`._status`). Who calls is decided first (:mod:`._auth`): a request without a known token is
+401, audited, and does nothing; ``/v1/health`` alone needs no token (probes send none, and it
+says nothing but ``ok``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from datetime import UTC, datetime
+from email.utils import formatdate
+from typing import Any, Final
+
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from operations import (
+    Backend,
+    DirectoryNotEmpty,
+    FileStat,
+    InvalidArgument,
+    OpsError,
+    TooLarge,
+    Unauthenticated,
+    read_chunks,
+    write_chunks,
+)
+
+from ..._auth import TokenTable
+from ..._guard import Enforcement
+from ._auth import REFUSAL, token_principal
+from ._multipart import FilePart, boundary_of
+from ._paths import files_path, parse_mode, parse_recursive, workspace_path
+from ._status import status_of
+
+__all__ = ["METADATA_PREFIX", "READ_CHUNK_BYTES", "WITHHELD_MARKERS", "FilesApp", "metadata_env"]
+
+READ_CHUNK_BYTES: Final = 256 * 1024  # a GET's pieces: few loop passes, little memory
+
+METADATA_PREFIX: Final = "SANDBOX_"
+"""Only environment variables with this prefix are served on ``/v1/metadata`` (as sandboxd)."""
+
+WITHHELD_MARKERS: Final = ("TOKEN", "SECRET", "PASSWORD", "CREDENTIAL", "KEY")
+"""A variable whose name holds one of these is never served, whatever its prefix."""
+
+Refused = Callable[[str, str | None], None]
+
+
+def metadata_env(environ: Mapping[str, str], prefix: str = METADATA_PREFIX) -> dict[str, str]:
+    """The allow-listed, non-secret part of ``environ``: names with ``prefix`` and no
+    credential marker."""
+    return {
+        name: value
+        for name, value in sorted(environ.items())
+        if name.startswith(prefix) and not any(m in name.upper() for m in WITHHELD_MARKERS)
+    }
+
+
+def _error_response(error: OpsError, head: bool = False) -> Response:
+    status = status_of(error)
+    body = b"" if head else json.dumps({"code": status.code, "message": str(error)}).encode()
+    return Response(body, status.http, media_type="application/json")
+
+
+def _json(value: object) -> Response:
+    return Response(json.dumps(value).encode(), 200, media_type="application/json")
+
+
+def _octal(mode: int) -> str:
+    return f"{mode & 0o7777:04o}"
+
+
+def _entry(name: str, info: FileStat) -> dict[str, object]:
+    return {
+        "name": name,
+        "size": info.size,
+        "type": "directory" if info.is_directory else "file",
+        "modified_at": datetime.fromtimestamp(info.mtime, UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "mode": _octal(info.mode),
+    }
+
+
+class FilesApp:
+    """The REST API over ``backend``.
+
+    Args:
+        backend: what does the work (the broker core, or any ``operations.Backend``).
+        tokens: the token table callers authenticate against (``None``: every file request is
+            refused).
+        enforcement: the broker's policy and audit; each request runs behind it.
+        environ: what ``/v1/metadata`` filters (default: the broker's environment, read once).
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        tokens: TokenTable | None,
+        *,
+        enforcement: Enforcement | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        self._backend = backend
+        self._tokens = tokens
+        self._enforcement = enforcement
+        self._metadata = metadata_env(os.environ if environ is None else environ)
+        self._started = time.monotonic()
+        self.ready = True
+
+    def _ops(self, principal: str, peer: str | None) -> Backend:
+        if self._enforcement is None:
+            return self._backend
+        return self._enforcement.guard(
+            self._backend, principal=principal, transport="sandboxd", peer=peer or ""
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        response = await self._respond(Request(scope, receive))
+        await response(scope, receive, send)
+
+    async def _respond(self, request: Request) -> Response:
+        scope = request.scope
+        raw: bytes = scope.get("raw_path") or scope["path"].encode()
+        raw = raw.split(b"?", 1)[0]
+        method = request.method
+        head = method == "HEAD"
+        if raw == b"/v1/health" and method in ("GET", "HEAD"):
+            return self._health()
+        client = scope.get("client")
+        peer = f"{client[0]}:{client[1]}" if client else None
+        principal = token_principal(
+            self._tokens, ((k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"])
+        )
+        if principal is None:
+            if self._enforcement is not None:
+                self._enforcement.record_refusal(
+                    f"{method} {raw[:64].decode('latin-1')}",
+                    "missing or unknown credentials",
+                    principal=None,
+                    transport="sandboxd",
+                    peer=peer,
+                )
+            return _error_response(Unauthenticated("sandboxd", None, REFUSAL), head)
+        try:
+            if raw == b"/v1/metadata" and method in ("GET", "HEAD"):
+                return _json({"env": self._metadata})
+            if not raw.startswith(b"/v1/files/"):
+                return Response(
+                    json.dumps(
+                        {"code": "NOT_FOUND", "message": f"no endpoint {raw[:256]!r}"}
+                    ).encode(),
+                    404,
+                    media_type="application/json",
+                )
+            handler = self._HANDLERS.get(method)
+            if handler is None:
+                return Response(
+                    json.dumps(
+                        {"code": "METHOD_NOT_ALLOWED", "message": f"{method} is not served here"}
+                    ).encode(),
+                    405,
+                    headers={"allow": "GET, HEAD, PUT, DELETE"},
+                    media_type="application/json",
+                )
+            ops = self._ops(principal, peer)
+            relative = files_path(raw, _OPS[method])
+            response: Response = await handler(self, ops, request, relative)
+            return response
+        except OpsError as exc:
+            return _error_response(exc, head)
+
+    def _health(self) -> Response:
+        if not self.ready:
+            return Response(
+                json.dumps({"code": "UNAVAILABLE", "message": "the broker is stopping"}).encode(),
+                503,
+                media_type="application/json",
+            )
+        return _json({"status": "ok", "uptime_seconds": int(time.monotonic() - self._started)})
+
+    async def _get(self, ops: Backend, request: Request, relative: str) -> Response:
+        path = workspace_path(ops.root, relative)
+        info = await ops.stat(path)
+        if info.is_directory:
+            return _json(await self._listing(ops, path, relative))
+        pieces = read_chunks(ops, path, READ_CHUNK_BYTES)
+        try:
+            first = await anext(pieces, b"")
+        except BaseException:
+            await pieces.aclose()
+            raise
+
+        async def body() -> AsyncIterator[bytes]:
+            try:
+                if first:
+                    yield first
+                async for piece in pieces:
+                    yield piece
+            finally:
+                await pieces.aclose()
+
+        return StreamingResponse(body(), 200, media_type="application/octet-stream")
+
+    async def _listing(self, ops: Backend, path: str, relative: str) -> dict[str, object]:
+        entries = []
+        for entry in await ops.list_dir(path):
+            try:
+                info = await ops.stat(posixpath.join(path, entry.name))
+            except OpsError:
+                continue  # vanished, or a link leading out: not listed
+            entries.append(_entry(entry.name, info))
+        return {"path": "/" + relative, "entries": entries}
+
+    async def _head(self, ops: Backend, request: Request, relative: str) -> Response:
+        info = await ops.stat(workspace_path(ops.root, relative))
+        headers = {
+            "last-modified": formatdate(info.mtime, usegmt=True),
+            "x-file-type": "directory" if info.is_directory else "file",
+            "x-file-mode": _octal(info.mode),
+        }
+        if not info.is_directory:
+            headers["content-length"] = str(info.size)
+        kind = "application/json" if info.is_directory else "application/octet-stream"
+        return Response(None, 200, headers=headers, media_type=kind)
+
+    async def _put(self, ops: Backend, request: Request, relative: str) -> Response:
+        path = workspace_path(ops.root, relative)
+        parse_mode(request.query_params.get("mode"), "write_file", path)
+        if not relative or relative.endswith("/"):
+            raise InvalidArgument("write_file", path, "target path is a directory")
+        parent = posixpath.dirname(path)
+        if parent != ops.root.rstrip("/") and parent:
+            await ops.mkdir(parent)
+        boundary = boundary_of(request.headers.get("content-type", ""))
+        limit = self._max_write()
+
+        async def pieces() -> AsyncIterator[bytes]:
+            form = FilePart(boundary) if boundary is not None else None
+            received = 0
+            async for data in request.stream():
+                received += len(data)
+                if received > limit:
+                    raise TooLarge("write_file", path, f"upload exceeds {limit} bytes")
+                if form is None:
+                    if data:
+                        yield data
+                    continue
+                for piece in form.feed(data):
+                    yield piece
+            if form is not None:
+                form.finish()
+
+        await write_chunks(ops, path, pieces())
+        return Response(None, 204)
+
+    def _max_write(self) -> int:
+        if self._enforcement is None:
+            return 1 << 62
+        return self._enforcement.policy.max_write_bytes
+
+    async def _delete(self, ops: Backend, request: Request, relative: str) -> Response:
+        path = workspace_path(ops.root, relative)
+        recursive = parse_recursive(request.query_params.get("recursive"), "remove", path)
+        if relative.strip("/") == "":
+            if not recursive:
+                raise DirectoryNotEmpty(
+                    "remove",
+                    path,
+                    "cannot remove the workspace root; pass recursive=true to clear its contents",
+                )
+            for entry in await ops.list_dir(path):
+                await ops.remove(posixpath.join(path, entry.name), recursive=True)
+            return Response(None, 204)
+        await ops.lstat(path)  # a missing path is 404 before anything else is said
+        await ops.remove(path, recursive=recursive)
+        return Response(None, 204)
+
+    _HANDLERS: Final[dict[str, Callable[..., Any]]] = {
+        "GET": _get,
+        "HEAD": _head,
+        "PUT": _put,
+        "DELETE": _delete,
+    }
+
+
+_OPS: Final = {"GET": "read_file", "HEAD": "stat", "PUT": "write_file", "DELETE": "remove"}
