@@ -258,7 +258,7 @@ class VirtualTree:
                 continue
             if token == "..":
                 if not stack:
-                    raise EscapesRoot(op, path, f"'..' climbs above the workspace root {self.root}")
+                    raise EscapesRoot(op, path)  # the core's words: no root path in the text
                 stack.pop()
                 current = stack[-1][1] if stack else self.root_dir
                 continue
