@@ -17,7 +17,10 @@ met a call the cassette could not answer. ``--record-mode``:
 - ``none``: replay only (CI): a missing cassette is an error;
 - ``new_episodes``: replay, running commands the cassette lacks live and appending them.
 
-Registered as the ``opsbroker_cassette`` ``pytest11`` entry point. It lives in ``agent_side``,
+Enabled by the tests that want it (``pytest_plugins = ["agent_side.pytest_cassette"]`` in a
+``conftest.py``, or ``pytest -p agent_side.pytest_cassette``), not as a ``pytest11`` entry point:
+pytest would then load it in every project that installs opsbroker and rewrite the asserts of all
+of opsbroker's packages. It lives in ``agent_side``,
 beside :func:`~agent_side.connect`, which picks the live backend (``operations`` imports neither).
 """
 

@@ -216,10 +216,14 @@ class Workspace(Generic[OpsT]):
         """:meth:`resolve` ``path`` (default ``.``); raise ``Path not found: ...`` if it is not
         there, as ``ls`` and ``find`` do before anything else."""
         resolved = self.resolve(path or ".", ctx)
-        try:
-            found = await self.ops.exists(resolved)
-        except (EscapesRoot, PolicyDenied) as exc:  # refused, as a read of it is: not "missing"
-            raise ToolError(describe_error(exc, "stat", resolved)) from None
-        if not found:
+        if not await self.exists(resolved):
             raise ToolError(f"Path not found: {resolved}")
         return resolved
+
+    async def exists(self: Workspace[ExistsT], resolved: str) -> bool:
+        """Whether ``resolved`` is there; a path the backend refuses (outside the root, denied
+        by policy) is a :class:`ToolError` saying so, as a read of it is, never "missing"."""
+        try:
+            return await self.ops.exists(resolved)
+        except (EscapesRoot, PolicyDenied) as exc:
+            raise ToolError(describe_error(exc, "stat", resolved)) from None

@@ -92,7 +92,7 @@ def create_find_tool_definition(
             search_path = ws.resolve(params.path or ".", ctx)
             limit = count_arg(params.limit)
             limit = DEFAULT_LIMIT if limit is None else limit
-            if not await ws.ops.exists(search_path):
+            if not await ws.exists(search_path):
                 raise ToolError(_not_a_directory(search_path))
             _check_pattern(params.pattern)
             try:

@@ -41,6 +41,8 @@ async def test_the_docs_example_runs(tmp_path: Path) -> None:
     assert (tmp_path / "session.cassette").read_text().startswith('{"opsbroker_cassette": 1')
 
 
+CONFTEST = 'pytest_plugins = ["agent_side.pytest_cassette"]\n'
+
 PLUGIN_TEST = """
 import pytest
 
@@ -74,10 +76,13 @@ def test_the_plugin_records_once_then_replays(tmp_path: Path) -> None:
     (root / "counter.txt").write_text("1\n")
     tests = tmp_path / "suite"
     tests.mkdir()
+    (tests / "conftest.py").write_text(CONFTEST)
     (tests / "test_it.py").write_text(PLUGIN_TEST.format(root=root))
     cassette = tests / "cassettes" / "test_it" / "test_session.cassette"
 
-    assert _pytest(tests, "--record-mode=none").returncode != 0  # nothing to replay yet
+    missing = _pytest(tests, "--record-mode=none")
+    assert missing.returncode != 0  # nothing to replay yet
+    assert "cassette" in missing.stdout + missing.stderr and "unrecognized" not in missing.stderr
     first = _pytest(tests)
     assert first.returncode == 0, first.stdout + first.stderr
     assert cassette.exists()
