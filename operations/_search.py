@@ -68,7 +68,7 @@ class LineMatcher:
             raise InvalidArgument(
                 "search",
                 None,
-                f"regex parse error in {pattern!r}: {exc}; use literal=True to search text as is",
+                f'regex parse error in {pattern!r}: {exc}; use "literal": true to search text as is',
             ) from None
 
     def iter_matches(self, data: bytes) -> Iterator[tuple[int, str | None]]:
