@@ -40,6 +40,7 @@ __all__ = [
     "read_input",
     "read_json",
     "run_command",
+    "write_out",
 ]
 
 EXIT_OK = 0
@@ -234,12 +235,30 @@ def run_command(name: str, main: Callable[[], Coroutine[Any, Any, int]]) -> int:
         _fail(name, "interrupted")
         return 130
     except BrokenPipeError:
-        # stdout went away (e.g. `| head`); nothing more to say, and nowhere to say it.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return EXIT_OK
+        # Only a write outside write_out gets here, so the outcome is unknown: never success.
+        _discard_stdout()
+        _fail(name, "stdout was closed before the result was written")
+        return EXIT_TOOL_ERROR
     except Exception as exc:  # the promise: a one-line message, never a traceback
         _fail(name, f"unexpected {type(exc).__name__}: {exc}")
         return EXIT_BACKEND
+
+
+def write_out(text: str) -> None:
+    """Write ``text`` to stdout now. A closed stdout (``| head -1``) is not an error: the rest
+    of the output is discarded, and the command still runs to its end and its real status."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _discard_stdout()
+
+
+def _discard_stdout() -> None:
+    """Point stdout at /dev/null, so what is still buffered or written later goes nowhere."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 def _fail(name: str, message: str) -> None:
