@@ -10,11 +10,16 @@ registers the parser and sets ``handler=run``), import it below and add it to
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from importlib import metadata
 from types import ModuleType
 from typing import NoReturn
+
+# gRPC core logs each failed TLS handshake (a client without a certificate) as an INFO line on
+# stderr, and reads its verbosity once, when grpc is first imported: so before the two halves.
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
 from agent_side import _cli_call, _cli_mcp, _cli_processes, _cli_run
 from broker import _cli_audit, _cli_serve
