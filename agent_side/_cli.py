@@ -172,12 +172,30 @@ def _connect_options(args: argparse.Namespace) -> dict[str, Any]:
             for key in args.identity:
                 if not key.is_file():
                     raise CliError(f"SSH key {str(key)!r} does not exist")
+                if _is_public_key(key):
+                    private = str(key.with_suffix("")) if key.suffix == ".pub" else "its pair"
+                    raise CliError(
+                        f"SSH key {str(key)!r} is a public key; --identity takes the private "
+                        f"key ({private!r}, whose public half the broker's authorized_keys holds)"
+                    )
             options["client_keys"] = [str(key) for key in args.identity]
         if args.known_hosts is not None:
             if not args.known_hosts.is_file():
                 raise CliError(f"known_hosts file {str(args.known_hosts)!r} does not exist")
             options["known_hosts"] = str(args.known_hosts)
     return options
+
+
+def _is_public_key(path: Path) -> bool:
+    """Whether ``path`` holds an OpenSSH public key line (``ssh-ed25519 AAAA... comment``)."""
+    try:
+        with path.open("rb") as f:
+            start = f.read(64)
+    except OSError:
+        return False
+    return start.startswith((b"ssh-", b"ecdsa-", b"sk-")) or start.startswith(
+        b"---- BEGIN SSH2 PUBLIC KEY"
+    )
 
 
 @asynccontextmanager

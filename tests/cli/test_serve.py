@@ -215,6 +215,16 @@ def test_a_network_address_with_a_token_file_is_allowed_with_a_loud_warning(
         (["--root", "{ws}", "--grpc", "localhost"], 1, "'localhost': a gRPC address is HOST:PORT"),
         (["--root", "{ws}", "--grpc", "127.0.0.1:http"], 1, "the port 'http' is not a number"),
         (["--root", "{ws}", "--ssh", "127.0.0.1:65536"], 1, "port 65536 is out of range"),
+        (
+            ["--root", "{ws}", "--ssh", "127.0.0.1:0", "--ssh-authorized-keys", "/nonexistent"],
+            2,
+            "--ssh-authorized-keys '/nonexistent' does not exist; give the file of public keys",
+        ),
+        (
+            ["--root", "{ws}", "--ssh", "127.0.0.1:0", "--ssh-authorized-keys", "{tmp}"],
+            2,
+            "is not a file",
+        ),
     ],
 )
 def test_serve_errors_are_one_line(
