@@ -216,7 +216,9 @@ async def open_backend(args: argparse.Namespace) -> AsyncIterator[Backend]:
         ) from None
     except OpsError as exc:
         await backend.aclose()
-        raise CliError(str(exc), EXIT_BACKEND) from None
+        # Named by the URL the user typed, not the backend's target (host:port) for it.
+        message = f"connect {args.url!r}: {exc.reason}" if exc.op == "connect" else str(exc)
+        raise CliError(message, EXIT_BACKEND) from None
     except OSError as exc:
         await backend.aclose()
         raise CliError(f"connect {args.url!r}: {exc}", EXIT_BACKEND) from None
