@@ -40,6 +40,7 @@ __all__ = [
     "read_input",
     "read_json",
     "run_command",
+    "write_out",
 ]
 
 EXIT_OK = 0
@@ -171,12 +172,30 @@ def _connect_options(args: argparse.Namespace) -> dict[str, Any]:
             for key in args.identity:
                 if not key.is_file():
                     raise CliError(f"SSH key {str(key)!r} does not exist")
+                if _is_public_key(key):
+                    private = str(key.with_suffix("")) if key.suffix == ".pub" else "its pair"
+                    raise CliError(
+                        f"SSH key {str(key)!r} is a public key; --identity takes the private "
+                        f"key ({private!r}, whose public half the broker's authorized_keys holds)"
+                    )
             options["client_keys"] = [str(key) for key in args.identity]
         if args.known_hosts is not None:
             if not args.known_hosts.is_file():
                 raise CliError(f"known_hosts file {str(args.known_hosts)!r} does not exist")
             options["known_hosts"] = str(args.known_hosts)
     return options
+
+
+def _is_public_key(path: Path) -> bool:
+    """Whether ``path`` holds an OpenSSH public key line (``ssh-ed25519 AAAA... comment``)."""
+    try:
+        with path.open("rb") as f:
+            start = f.read(64)
+    except OSError:
+        return False
+    return start.startswith((b"ssh-", b"ecdsa-", b"sk-")) or start.startswith(
+        b"---- BEGIN SSH2 PUBLIC KEY"
+    )
 
 
 @asynccontextmanager
@@ -197,7 +216,9 @@ async def open_backend(args: argparse.Namespace) -> AsyncIterator[Backend]:
         ) from None
     except OpsError as exc:
         await backend.aclose()
-        raise CliError(str(exc), EXIT_BACKEND) from None
+        # Named by the URL the user typed, not the backend's target (host:port) for it.
+        message = f"connect {args.url!r}: {exc.reason}" if exc.op == "connect" else str(exc)
+        raise CliError(message, EXIT_BACKEND) from None
     except OSError as exc:
         await backend.aclose()
         raise CliError(f"connect {args.url!r}: {exc}", EXIT_BACKEND) from None
@@ -234,12 +255,30 @@ def run_command(name: str, main: Callable[[], Coroutine[Any, Any, int]]) -> int:
         _fail(name, "interrupted")
         return 130
     except BrokenPipeError:
-        # stdout went away (e.g. `| head`); nothing more to say, and nowhere to say it.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return EXIT_OK
+        # Only a write outside write_out gets here, so the outcome is unknown: never success.
+        _discard_stdout()
+        _fail(name, "stdout was closed before the result was written")
+        return EXIT_TOOL_ERROR
     except Exception as exc:  # the promise: a one-line message, never a traceback
         _fail(name, f"unexpected {type(exc).__name__}: {exc}")
         return EXIT_BACKEND
+
+
+def write_out(text: str) -> None:
+    """Write ``text`` to stdout now. A closed stdout (``| head -1``) is not an error: the rest
+    of the output is discarded, and the command still runs to its end and its real status."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _discard_stdout()
+
+
+def _discard_stdout() -> None:
+    """Point stdout at /dev/null, so what is still buffered or written later goes nowhere."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 def _fail(name: str, message: str) -> None:

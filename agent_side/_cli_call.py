@@ -2,7 +2,8 @@
 
 The call goes through :func:`agent_side.loop.execute_tool_calls` like a model's: argument
 preparation, validation (with its coercions and error texts), execution, the result message. The
-output is the model-visible text of the result (``--json``: the whole result message). Exit
+output is the model-visible text of the result (``--json``: the whole result message), a running
+command's output written as it arrives. Exit
 status 0 when the result is a success, 1 when it is an error; see :mod:`agent_side._cli`.
 """
 
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import Any
 
 from ._cli import (
@@ -23,9 +23,17 @@ from ._cli import (
     read_input,
     read_json,
     run_command,
+    write_out,
 )
 from ._loop import execute_tool_calls
-from ._messages import AssistantMessage, ImageContent, ToolCall, ToolResultMessage
+from ._messages import (
+    AgentEvent,
+    AssistantMessage,
+    ImageContent,
+    ToolCall,
+    ToolExecutionUpdateEvent,
+    ToolResultMessage,
+)
 
 __all__ = ["add_parser", "model_visible_text", "run"]
 
@@ -93,16 +101,53 @@ async def _call(args: argparse.Namespace) -> int:
         content=[ToolCall(id=CALL_ID, name=args.tool, arguments=arguments)],
         stop_reason="toolUse",
     )
+    stream = None if args.json else StreamedText()
     async with open_tools(args) as (_backend, tools):
-        batch = await execute_tool_calls(tools, message)
+        batch = await execute_tool_calls(tools, message, emit=stream)
     (result,) = batch.messages
-    if args.json:
-        print(json.dumps(result.to_wire(), ensure_ascii=False))
+    if stream is None:
+        write_out(json.dumps(result.to_wire(), ensure_ascii=False) + "\n")
     else:
-        text = model_visible_text(result)
-        sys.stdout.write(text if text.endswith("\n") or not text else text + "\n")
-    sys.stdout.flush()
+        stream.finish(model_visible_text(result))
     return EXIT_TOOL_ERROR if result.is_error else EXIT_OK
+
+
+class StreamedText:
+    """Prints a running tool's output as its updates arrive, then what its result adds.
+
+    A tool's updates (``bash``: the output so far, its last 2000 lines or 50 KB) each extend
+    the one before; only the new text is written. At the end, the model-visible result usually
+    extends the last update (the same output, then a notice or the exit status), so stdout ends
+    up holding exactly the text ``--json`` would show, written as it came.
+    """
+
+    ANCHOR_CHARS = 4096  # where a rolled window resumes: the end of what was printed
+
+    def __init__(self) -> None:
+        self._shown = ""
+
+    def __call__(self, event: AgentEvent) -> None:
+        if isinstance(event, ToolExecutionUpdateEvent):
+            text = "\n".join(getattr(b, "text", "") for b in event.partial_result.content)
+            if text:
+                self._show(text)
+
+    def finish(self, text: str) -> None:
+        """Write what ``text`` (the result) adds to the output shown, ending with a newline."""
+        self._show(text)
+        if self._shown and not self._shown.endswith("\n"):
+            write_out("\n")
+
+    def _show(self, text: str) -> None:
+        if text.startswith(self._shown):
+            new = text[len(self._shown) :]
+        else:  # the window rolled past the start: resume after the last text printed
+            anchor = self._shown[-self.ANCHOR_CHARS :]
+            at = text.rfind(anchor)
+            new = text[at + len(anchor) :] if at >= 0 else "\n" + text
+        if new:
+            write_out(new)
+        self._shown = text
 
 
 def run(args: argparse.Namespace) -> int:

@@ -34,6 +34,7 @@ from ._cli import (
     read_input,
     read_json,
     run_command,
+    write_out,
 )
 from ._cli_call import model_visible_text
 from ._loop import execute_tool_calls
@@ -120,7 +121,7 @@ class EventPrinter:
         self._last_line: dict[str, float] = {}
 
     def _print(self, line: str, call_id: str | None = None) -> None:
-        print(line, flush=True)
+        write_out(line + "\n")
         if call_id is not None:
             self._last_line[call_id] = time.monotonic()
 
@@ -181,7 +182,7 @@ class EventPrinter:
 
 
 def _print_json(event: AgentEvent) -> None:
-    print(json.dumps(event.to_wire(), ensure_ascii=False), flush=True)
+    write_out(json.dumps(event.to_wire(), ensure_ascii=False) + "\n")
 
 
 async def _run(args: argparse.Namespace) -> int:

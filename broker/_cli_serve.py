@@ -145,6 +145,13 @@ def _config(args: argparse.Namespace) -> BrokerConfig:
         raise _Usage("--root DIR is required (or --config FILE)")
     else:
         config = BrokerConfig.model_validate({k: v for k, v in overrides.items() if v is not None})
+    keys = config.ssh_authorized_keys
+    if config.ssh and keys is not None and not keys.is_file():
+        what = "is not a file" if keys.exists() else "does not exist"
+        raise _Usage(
+            f"--ssh-authorized-keys {str(keys)!r} {what}; give the file of public keys SSH "
+            "clients may use (OpenSSH authorized_keys format, one key a line)"
+        )
     if "grpc" not in config.model_fields_set and bind_error(DEFAULT_GRPC_ADDRESS) is not None:
         # Nobody asked for this port: rather than fail, serve on any free loopback port.
         print(f"opsbroker: {DEFAULT_GRPC_ADDRESS} is in use; using a free port", flush=True)

@@ -30,7 +30,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 from opsbroker.v1 import broker_pb2_grpc as pb_grpc
 from opsbroker.v1.codec import MAX_MESSAGE_BYTES
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from operations import Backend, InvalidArgument, RecordingBackend, load_policy
 
@@ -88,8 +88,8 @@ def default_token_file(root: str | os.PathLike[str] | None = None) -> Path:
 class BrokerConfig(BaseModel):
     """Everything a broker needs to start. Loaded from TOML by :meth:`from_toml`.
 
-    ``grpc`` lists listen addresses: ``HOST:PORT`` (port 0 picks a free one), ``[::1]:PORT``,
-    ``unix:/path/to.sock``. TCP needs authentication: bearer tokens from ``token_file`` (created,
+    ``grpc`` lists listen addresses (a single string is a list of one): ``HOST:PORT`` (port 0
+    picks a free one, 65535 is the highest), ``[::1]:PORT``, ``unix:/path/to.sock``. TCP needs authentication: bearer tokens from ``token_file`` (created,
     mode 0600, with one fresh token when missing; default :func:`default_token_file` of the root) or mutual
     TLS (``tls_client_ca``). A Unix socket is guarded by its file permissions (0600). A TCP
     address that is not loopback needs authentication configured on purpose: an explicit
@@ -123,6 +123,12 @@ class BrokerConfig(BaseModel):
     """Record every call to this cassette (``opsbroker serve --record FILE``)."""
     sandboxd_grpc: list[str] = Field(default_factory=list)
     sandboxd_http: list[str] = Field(default_factory=list)
+
+    @field_validator("grpc", "ssh", mode="before")
+    @classmethod
+    def _one_address_or_a_list(cls, value: Any) -> Any:
+        """``grpc = "127.0.0.1:7443"`` means a list of that one address (as docs/grpc.md shows)."""
+        return [value] if isinstance(value, str) else value
 
     @classmethod
     def from_toml(cls, path: Path, **overrides: Any) -> BrokerConfig:
@@ -165,6 +171,36 @@ def is_loopback_address(address: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+MAX_PORT = 65535  # TCP; gRPC would otherwise take 99999 modulo 65536 and listen on 34463
+
+
+def parse_tcp_address(address: str, *, what: str = "address") -> tuple[str, int]:
+    """Split a TCP listen address, ``HOST:PORT``, ``[V6]:PORT`` or ``:PORT`` (every interface).
+
+    Checked before anything binds, because gRPC and the resolver accept what they should not:
+    a port above 65535 wraps around, and a bare ``localhost`` has no port at all.
+
+    Raises:
+        InvalidArgument: the port is missing, not a number, or outside 0..65535; or the host
+            is an IPv6 literal without brackets.
+    """
+    host, sep, port = address.rpartition(":")
+    example = "e.g. '127.0.0.1:7443' or 'localhost:0' (port 0 picks a free one)"
+    if not sep:
+        raise InvalidArgument("serve", address, f"a {what} is HOST:PORT, {example}")
+    if ":" in host and not (host.startswith("[") and host.endswith("]")):
+        raise InvalidArgument(
+            "serve", address, f"write an IPv6 {what} in brackets, as in '[::1]:{port}'"
+        )
+    if not port.isascii() or not port.isdigit():
+        raise InvalidArgument("serve", address, f"the port {port!r} is not a number; {example}")
+    if int(port) > MAX_PORT:
+        raise InvalidArgument(
+            "serve", address, f"the port {int(port)} is out of range (0 to {MAX_PORT})"
+        )
+    return host.removeprefix("[").removesuffix("]"), int(port)
 
 
 def bind_error(address: str) -> OSError | None:
@@ -279,6 +315,11 @@ class BrokerServer:
                 address reachable from the network has no authentication configured.
         """
         config = self.config
+        for address in config.grpc:
+            if not _is_unix(address):
+                parse_tcp_address(address, what="gRPC address")
+        for address in config.ssh:
+            parse_tcp_address(address, what="SSH address")
         self._check_exposure()
         if self._owns_backend or config.policy is not None or config.audit_log is not None:
             # A broker we start ourselves always runs under a policy (the safe default one
@@ -550,16 +591,14 @@ class BrokerServer:
             command_timeout=config.ssh_command_timeout,
         )
         for address in config.ssh:
-            host, _, port = address.rpartition(":")
-            if not host or not port.isdigit():
-                raise InvalidArgument("serve", address, "an SSH address is HOST:PORT")
+            host, port = parse_tcp_address(address, what="SSH address")
             Path(options.host_key).parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             try:
                 frontend = await ssh.start_ssh_server(
                     backend,
                     options,
-                    host.strip("[]"),
-                    int(port),
+                    host,
+                    port,
                     guard=self._ssh_guard(),
                     refused=self._ssh_refused(),
                     version=broker_version(),
@@ -571,7 +610,7 @@ class BrokerServer:
             except OSError as exc:
                 raise InvalidArgument("serve", address, f"cannot listen: {exc}") from None
             self._ssh.append(frontend)
-            self.ssh_addresses.append(f"{host}:{frontend.port}")
+            self.ssh_addresses.append(f"{address.rpartition(':')[0]}:{frontend.port}")
 
     def _ssh_guard(self) -> Callable[[Backend, str, str | None], Backend] | None:
         """Policy and audit around the core for each SSH connection, as for gRPC calls."""

@@ -118,6 +118,39 @@ def _error(exc: grpc.aio.AioRpcError, op: str, path: str | None) -> OpsError:
     return cls(op, path, f"{exc.details() or 'call failed'} (gRPC {code.name})")
 
 
+_REFUSED = "Connection refused"
+_NO_CLIENT_CERTIFICATE = (  # what the TLS stack says when a broker wants a client certificate
+    "CERTIFICATE_REQUIRED",
+    "certificate required",
+    "PEER_DID_NOT_RETURN_A_CERTIFICATE",
+    "Socket closed",
+    "handshake",
+)
+
+
+def _connect_failure(
+    details: str, target: str, credentials: grpc.ChannelCredentials | None
+) -> OpsError | None:
+    """The error for a first call that failed in a way no retry cures, or ``None``."""
+    if _REFUSED in details:
+        return Unavailable(
+            "connect",
+            target,
+            "nothing listens there (connection refused); start the broker with "
+            "'opsbroker serve' or check the address",
+        )
+    if credentials is not None and any(
+        m.lower() in details.lower() for m in _NO_CLIENT_CERTIFICATE
+    ):
+        return Unauthenticated(
+            "connect",
+            target,
+            f"the broker refused the TLS handshake ({details.rsplit(': ', 1)[-1]}): it requires "
+            "a client certificate its CA signed; give client_cert and client_key",
+        )
+    return None
+
+
 class GrpcBackend:
     """An ``operations.Backend`` whose work happens on a broker reached over gRPC.
 
@@ -205,10 +238,30 @@ class GrpcBackend:
                     response_deserializer=chunk_data_view,
                 )
             if self._capabilities is None:
-                self._capabilities = await self._unary(
-                    "connect", self.target, self._stub.Capabilities, pb.CapabilitiesRequest()
-                )
+                self._capabilities = await self._first_contact()
         return self._stub
+
+    async def _first_contact(self) -> pb.CapabilitiesReply:
+        """``Capabilities``, once at once: what no retry can cure (nothing listens, a TLS
+        handshake refused) is said now; anything else gets the bounded wait of ``_unary``."""
+        try:
+            reply: pb.CapabilitiesReply = await self._stub.Capabilities(
+                pb.CapabilitiesRequest(),
+                timeout=self._call_timeout,
+                metadata=self._metadata,
+                wait_for_ready=False,
+            )
+            return reply
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() is not grpc.StatusCode.UNAVAILABLE:
+                raise _error(exc, "connect", self.target) from None
+            hopeless = _connect_failure(exc.details() or "", self.target, self._credentials)
+            if hopeless is not None:
+                raise hopeless from None
+        answer: pb.CapabilitiesReply = await self._unary(
+            "connect", self.target, self._stub.Capabilities, pb.CapabilitiesRequest()
+        )
+        return answer
 
     @property
     def capabilities(self) -> pb.CapabilitiesReply:

@@ -3,8 +3,8 @@
 Command output arrives as raw byte chunks. The accumulator decodes them as one UTF-8 stream (a
 character split across chunks decodes whole; invalid bytes become U+FFFD), keeps only a bounded
 tail of the text for the model, and, once the output outgrows the limits, spills the complete raw
-bytes to a temp file whose path goes into the truncation notice. The file is kept afterwards: the
-model may read it later.
+bytes to a local temp file. When the command ends, the shell tools save that file where the model
+can read it and delete it (:mod:`agent_side.tools._saved_output`).
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@ The command runs through the backend's ``exec`` (where the files are); its outpu
 :class:`~agent_side.tools._output.OutputAccumulator`, partial results go to ``on_update`` at most
 every :data:`UPDATE_THROTTLE_S`, and the end of the command becomes the reference's texts:
 ``Command exited with code N``, ``Command timed out after N seconds``, ``Command aborted``.
+A truncated output's full copy is saved where the model can read it
+(:mod:`agent_side.tools._saved_output`), and the notice names that path.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from operations import (
@@ -34,6 +36,7 @@ from .._messages import AgentToolResult, TextContent
 from .._tool import AgentToolUpdateCallback, ToolContext
 from ._errors import ToolError, describe_error, errno_name
 from ._output import OutputAccumulator, OutputSnapshot
+from ._saved_output import keep_full_output
 from ._truncate import DEFAULT_MAX_BYTES, format_size
 
 __all__ = ["ShellRun", "SpawnContext", "SpawnHook", "run_shell_command"]
@@ -67,6 +70,7 @@ class ShellRun:
     shell_name: str  # "bash" or "PowerShell", as error texts spell it
     temp_file_prefix: str
     shell: Callable[[], BashOperations | PowerShellOperations]  # asked at each run
+    files: Callable[[], object]  # the backend itself, where a full output is saved
     command_prefix: str | None
     expose_session_environment: bool
     spawn_hook: SpawnHook | None
@@ -210,6 +214,13 @@ async def run_shell_command(
             emit()
         snapshot = acc.snapshot(persist_if_truncated=True)
         acc.close_temp_file()
+    if snapshot.full_output_path is not None:
+        files = run.files()
+        root = getattr(files, "root", None)
+        saved = await keep_full_output(
+            files, root if isinstance(root, str) else None, snapshot.full_output_path
+        )
+        snapshot = replace(snapshot, full_output_path=saved)
     details = _details(snapshot)
     if isinstance(failure, Aborted) or (
         result is not None and result.kill_reason is KillReason.ABORTED

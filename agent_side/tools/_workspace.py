@@ -80,8 +80,18 @@ class LocalOperations:
     """
 
     def __init__(self, root: str) -> None:
-        self._url = "local:" + os.path.abspath(root)
+        self._root = os.path.abspath(root)
+        self._url = "local:" + self._root
         self._backend: Backend | None = None
+
+    @property
+    def root(self) -> str:
+        """The workspace root (known without opening the backend)."""
+        return self._root
+
+    async def remove(self, path: str, *, recursive: bool = False) -> None:
+        """Remove ``path`` (the shell tools prune their saved outputs with it)."""
+        await self._open().remove(path, recursive=recursive)
 
     def _open(self) -> Backend:
         if self._backend is None:

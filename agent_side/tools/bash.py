@@ -100,6 +100,7 @@ def create_bash_tool_definition(
         shell_name="bash",
         temp_file_prefix="pi-bash",
         shell=lambda: ws.ops,
+        files=lambda: ws.ops,
         command_prefix=command_prefix,
         expose_session_environment=expose_session_environment,
         spawn_hook=spawn_hook,

@@ -41,6 +41,7 @@ def create_powershell_tool_definition(
         shell_name="PowerShell",
         temp_file_prefix="pi-powershell",
         shell=shell,
+        files=lambda: ws.ops,
         command_prefix=None,
         expose_session_environment=expose_session_environment,
         spawn_hook=spawn_hook,

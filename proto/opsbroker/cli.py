@@ -11,15 +11,21 @@ parser as :data:`SERVE_EXTENSIONS`.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
+from importlib import metadata
 from types import ModuleType
 from typing import NoReturn
+
+# gRPC core logs each failed TLS handshake (a client without a certificate) as an INFO line on
+# stderr, and reads its verbosity once, when grpc is first imported: so before the two halves.
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
 from agent_side import _cli_call, _cli_mcp, _cli_processes, _cli_run
 from broker import _cli_audit, _cli_serve
 
-__all__ = ["SERVE_EXTENSIONS", "SUBCOMMANDS", "OneLineParser", "main"]
+__all__ = ["SERVE_EXTENSIONS", "SUBCOMMANDS", "OneLineParser", "main", "version"]
 
 EXIT_USAGE = 2  # argparse's status for a usage error, kept
 
@@ -46,10 +52,19 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {line} (try '{self.prog} --help')\n")
 
 
+def version() -> str:
+    """The installed opsbroker's version (``0+unknown`` from a source tree never installed)."""
+    try:
+        return metadata.version("opsbroker")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="opsbroker", description="A sandboxed remote-operations broker for AI agent tools."
     )
+    parser.add_argument("--version", action="version", version=f"opsbroker {version()}")
     subparsers = parser.add_subparsers(
         dest="command", required=True, metavar="COMMAND", parser_class=OneLineParser
     )

@@ -354,3 +354,12 @@ def test_call_over_a_unix_socket_needs_no_token(tmp_path: Path) -> None:
         proc.wait(timeout=15)
         assert proc.stdout is not None
         proc.stdout.close()
+
+
+def test_call_with_a_public_key_as_identity(tmp_path: Path) -> None:
+    key = asyncssh.generate_private_key("ssh-ed25519")
+    key.write_public_key(str(tmp_path / "key.pub"))
+    proc = opsbroker("call", "ssh://me@127.0.0.1:1", "ls", "{}", "-i", str(tmp_path / "key.pub"))
+    line = assert_one_line_failure(proc, EXIT_USAGE)
+    assert f"'{tmp_path}/key.pub' is a public key" in line
+    assert f"--identity takes the private key ('{tmp_path}/key'" in line

@@ -3,9 +3,14 @@ exit status 2, never a usage block or a traceback."""
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
+from importlib import metadata
+
 import pytest
 
-from ._run import opsbroker
+from ._run import COMMAND_TIMEOUT_S, cli_env, opsbroker
 
 EXIT_USAGE = 2
 
@@ -48,3 +53,24 @@ def test_help_still_prints_the_usage_and_exits_0() -> None:
     assert proc.returncode == 0 and "usage: opsbroker" in proc.stdout
     for command in ("serve", "call", "run", "audit"):
         assert command in proc.stdout
+
+
+def test_version_names_the_installed_release() -> None:
+    proc = opsbroker("--version")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == f"opsbroker {metadata.version('opsbroker')}\n"
+
+
+def test_python_dash_m_opsbroker_is_the_command_line() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "opsbroker", "--help"],
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+        timeout=COMMAND_TIMEOUT_S,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("usage: opsbroker ")
+    for command in ("serve", "call", "run", "audit", "mcp"):
+        assert re.search(rf"^ +{command} ", proc.stdout, re.M), command

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from broker import BrokerConfig, BrokerServer, is_loopback_address
-from broker._serve import DEFAULT_GRPC_ADDRESS
+from broker._serve import DEFAULT_GRPC_ADDRESS, parse_tcp_address
 from operations import InvalidArgument
 
 from ._run import COMMAND_TIMEOUT_S, REPO, SERVE_READY_S, cli_env
@@ -212,6 +212,23 @@ def test_a_network_address_with_a_token_file_is_allowed_with_a_loud_warning(
         (["--config", "{tmp}/unknown.toml"], 1, "invalid configuration: colour"),
         (["--root", "{tmp}/nowhere", "--grpc", "127.0.0.1:0"], 1, "nowhere"),
         (["--root", "{ws}", "--grpc", "127.0.0.1:0", "--token-file", "{tmp}/open"], 1, "0644"),
+        # gRPC would listen on 99999 % 65536 = 34463 and 70000 % 65536 = 4464
+        (["--root", "{ws}", "--grpc", "127.0.0.1:99999"], 1, "port 99999 is out of range"),
+        (["--root", "{ws}", "--grpc", ":70000"], 1, "port 70000 is out of range"),
+        (["--root", "{ws}", "--grpc", "127.0.0.1:70000"], 1, "port 70000 is out of range"),
+        (["--root", "{ws}", "--grpc", "localhost"], 1, "'localhost': a gRPC address is HOST:PORT"),
+        (["--root", "{ws}", "--grpc", "127.0.0.1:http"], 1, "the port 'http' is not a number"),
+        (["--root", "{ws}", "--ssh", "127.0.0.1:65536"], 1, "port 65536 is out of range"),
+        (
+            ["--root", "{ws}", "--ssh", "127.0.0.1:0", "--ssh-authorized-keys", "/nonexistent"],
+            2,
+            "--ssh-authorized-keys '/nonexistent' does not exist; give the file of public keys",
+        ),
+        (
+            ["--root", "{ws}", "--ssh", "127.0.0.1:0", "--ssh-authorized-keys", "{tmp}"],
+            2,
+            "is not a file",
+        ),
     ],
 )
 def test_serve_errors_are_one_line(
@@ -316,3 +333,42 @@ def test_a_policy_error_is_one_line_with_its_own_status(
     )
     line = _assert_one_line(proc, 4)
     assert expected in line and "unexpected" not in line, line
+
+
+@pytest.mark.parametrize(
+    ("address", "expected"),
+    [
+        ("127.0.0.1:0", ("127.0.0.1", 0)),
+        ("localhost:65535", ("localhost", 65535)),
+        ("[::1]:7443", ("::1", 7443)),
+        (":7443", ("", 7443)),  # every interface
+    ],
+)
+def test_parse_tcp_address(address: str, expected: tuple[str, int]) -> None:
+    assert parse_tcp_address(address) == expected
+
+
+@pytest.mark.parametrize(
+    ("address", "reason"),
+    [
+        ("127.0.0.1:65536", "out of range"),
+        ("localhost", "is HOST:PORT"),
+        ("127.0.0.1:", "not a number"),
+        ("127.0.0.1:-1", "not a number"),
+        ("127.0.0.1:\u0661", "not a number"),  # a digit, but not an ASCII one
+        ("::1:7443", "in brackets"),
+    ],
+)
+def test_parse_tcp_address_refuses(address: str, reason: str) -> None:
+    with pytest.raises(InvalidArgument, match=reason):
+        parse_tcp_address(address)
+
+
+def test_toml_grpc_and_ssh_take_one_address_or_a_list(tmp_path: Path, workspace: Path) -> None:
+    one = tmp_path / "one.toml"
+    one.write_text(f'root = "{workspace}"\ngrpc = "127.0.0.1:7443"\nssh = "127.0.0.1:2222"\n')
+    config = BrokerConfig.from_toml(one)
+    assert config.grpc == ["127.0.0.1:7443"] and config.ssh == ["127.0.0.1:2222"]
+    many = tmp_path / "many.toml"
+    many.write_text(f'root = "{workspace}"\ngrpc = ["127.0.0.1:1", "unix:/tmp/x.sock"]\n')
+    assert BrokerConfig.from_toml(many).grpc == ["127.0.0.1:1", "unix:/tmp/x.sock"]

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import re
+import tempfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -11,7 +13,12 @@ from typing import Any
 import pytest
 
 from agent_side import AgentToolResult, ToolContext
-from agent_side.tools import SpawnContext, create_bash_tool, create_powershell_tool
+from agent_side.tools import (
+    SpawnContext,
+    create_bash_tool,
+    create_powershell_tool,
+    create_read_tool,
+)
 from operations import AbortController, AbortSignal, ExecResult, KillReason
 from operations._runner import CommandContext
 from tests.tools._call import call, fail, text
@@ -125,7 +132,13 @@ async def test_many_lines_truncated_with_full_output_file(tw: ToolWorkspace) -> 
     assert "line-2000\n" not in out
     path = result.details["fullOutputPath"]
     assert out.endswith(f"[Showing lines 2001-4000 of 4000. Full output: {path}]")
-    assert _read_text(path).startswith("line-1\nline-2\n")
+    # The path is in the workspace: the model reads it through the same backend, with `read`.
+    assert path == f"{tw.root}/.opsbroker/outputs/{path.rsplit('/', 1)[1]}"
+    saved = await tw.ops.read_file(path)
+    assert saved == "".join(f"line-{i}\n" for i in range(1, 4001)).encode()
+    read = text(await call(create_read_tool(tw.root, operations=tw.ops), path=path))
+    assert read.startswith("line-1\nline-2\n")
+    assert os.listdir(tempfile.gettempdir()) == []  # the local spill is gone
     truncation = result.details["truncation"]
     assert (truncation["totalLines"], truncation["outputLines"]) == (4000, 2000)
 

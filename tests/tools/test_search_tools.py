@@ -53,6 +53,15 @@ async def test_grep_options_and_long_lines(tw: ToolWorkspace) -> None:
     assert message == f"Path not found: {tw.path('missing')}"
 
 
+async def test_a_bad_regex_names_the_tool_calls_own_option(tw: ToolWorkspace) -> None:
+    tw.write("c.py", "f(x)\n")
+    grep = create_grep_tool(tw.root, operations=tw.ops)
+    message = await fail(grep, pattern="f(")
+    assert "regex parse error in 'f('" in message
+    assert message.endswith('use "literal": true to search text as is'), message
+    assert text(await call(grep, pattern="f(", literal=True)) == "c.py:1: f(x)"
+
+
 async def test_find_hidden_and_gitignored(tw: ToolWorkspace) -> None:
     tw.write(".secret/hidden.txt", "h")
     tw.write("visible.txt", "v")
