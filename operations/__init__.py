@@ -52,6 +52,8 @@ from ._memory import OpRecord as OpRecord
 from ._memory import SeedValue as SeedValue
 from ._memory import Symlink as Symlink
 from ._memory_processes import MemoryProcesses as MemoryProcesses
+from ._mime import IMAGE_SNIFF_BYTES as IMAGE_SNIFF_BYTES
+from ._mime import sniff_image_mime_type as sniff_image_mime_type
 from ._policy import DEFAULT_SANDBOX_READ as DEFAULT_SANDBOX_READ
 from ._policy import AuditPolicy as AuditPolicy
 from ._policy import CommandEnvCache as CommandEnvCache
@@ -109,6 +111,7 @@ __all__ = [
     "BINARY_SNIFF_BYTES",
     "DEFAULT_SANDBOX_READ",
     "ERROR_TYPES",
+    "IMAGE_SNIFF_BYTES",
     "MAX_TIMEOUT_S",
     "MAX_TREE_CHECK",
     "AbortController",
@@ -201,5 +204,6 @@ __all__ = [
     "read_small_streamed",
     "search_file",
     "search_tree",
+    "sniff_image_mime_type",
     "write_chunks",
 ]

@@ -45,7 +45,7 @@ from ._errors import (
 )
 from ._gate import MAX_TREE_CHECK, Gate
 from ._memory_processes import MemoryProcesses
-from ._mime import SNIFF_BYTES, sniff_image_mime_type
+from ._mime import IMAGE_SNIFF_BYTES, sniff_image_mime_type
 from ._policy import ProcessPolicy
 from ._runner import CommandRunner
 from ._search import LineMatcher, search_file, search_tree
@@ -397,7 +397,7 @@ class InMemoryOperations:
     async def detect_image_mime_type(self, path: str, *, gate: Gate | None = None) -> str | None:
         with self._op("detect_image_mime_type", path):
             node = self._regular_file("detect_image_mime_type", path, gate and gate.read)
-            return sniff_image_mime_type(node.data[:SNIFF_BYTES])
+            return sniff_image_mime_type(node.data[:IMAGE_SNIFF_BYTES])
 
     async def read_chunks(
         self, path: str, *, chunk_size: int, gate: Gate | None = None
