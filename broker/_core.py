@@ -497,7 +497,12 @@ class Broker:
             found = await _treewalk.glob_in_thread(
                 tree,
                 lambda: glob_paths(
-                    tree.list_dir, tree.read_small, pattern, ignore=ignore, limit=limit
+                    tree.list_dir,
+                    tree.read_small,
+                    pattern,
+                    ignore=ignore,
+                    limit=limit,
+                    inherited=tree.inherited_rules(),
                 ),
             )
             return found if gate is None else [name for name in found if not tree.hidden(name)]

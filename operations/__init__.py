@@ -40,6 +40,9 @@ from ._errors import error_from_code as error_from_code
 from ._gate import MAX_TREE_CHECK as MAX_TREE_CHECK
 from ._gate import Gate as Gate
 from ._gate import GatedBackend as GatedBackend
+from ._gitignore import NO_RULES as NO_RULES
+from ._gitignore import IgnoreRules as IgnoreRules
+from ._gitignore import parent_ignore_rules as parent_ignore_rules
 from ._glob import compile_glob as compile_glob
 from ._guarded import AuditSink as AuditSink
 from ._guarded import GuardedBackend as GuardedBackend
@@ -105,6 +108,7 @@ from ._types import FileStat as FileStat
 from ._types import KillReason as KillReason
 from ._types import OnData as OnData
 from ._types import SearchMatch as SearchMatch
+from ._walk import WalkReach as WalkReach
 from ._walk import glob_paths as glob_paths
 
 __all__ = [
@@ -114,6 +118,7 @@ __all__ = [
     "IMAGE_SNIFF_BYTES",
     "MAX_TIMEOUT_S",
     "MAX_TREE_CHECK",
+    "NO_RULES",
     "AbortController",
     "AbortSignal",
     "Aborted",
@@ -148,6 +153,7 @@ __all__ = [
     "GatedProcessOperations",
     "GrepOperations",
     "GuardedBackend",
+    "IgnoreRules",
     "InMemoryOperations",
     "InvalidArgument",
     "IsADirectory",
@@ -189,6 +195,7 @@ __all__ = [
     "TooManyLinks",
     "Unauthenticated",
     "Unavailable",
+    "WalkReach",
     "WriteOperations",
     "abort_scope",
     "build_command_env",
@@ -199,6 +206,7 @@ __all__ = [
     "glob_paths",
     "is_binary",
     "load_policy",
+    "parent_ignore_rules",
     "read_chunks",
     "read_small",
     "read_small_streamed",
