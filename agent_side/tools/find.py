@@ -10,10 +10,12 @@ from pydantic import Field
 
 from operations import (
     AbortSignal,
+    EscapesRoot,
     FindOperations,
     InvalidArgument,
     NotADirectory,
     OpsError,
+    PolicyDenied,
     compile_glob,
 )
 
@@ -26,7 +28,7 @@ from .._tool import (
     ToolDefinition,
     wrap_tool_definition,
 )
-from ._errors import ToolError, abortable
+from ._errors import ToolError, abortable, describe_error
 from ._tooldef import ToolParams, count_arg, text_result
 from ._truncate import DEFAULT_MAX_BYTES, format_size, truncate_head
 from ._workspace import Workspace
@@ -92,7 +94,11 @@ def create_find_tool_definition(
             search_path = ws.resolve(params.path or ".", ctx)
             limit = count_arg(params.limit)
             limit = DEFAULT_LIMIT if limit is None else limit
-            if not await ws.ops.exists(search_path):
+            try:
+                found = await ws.ops.exists(search_path)
+            except (EscapesRoot, PolicyDenied) as exc:  # refused, as a read of it is
+                raise ToolError(describe_error(exc, "stat", search_path)) from None
+            if not found:
                 raise ToolError(_not_a_directory(search_path))
             _check_pattern(params.pattern)
             try:
