@@ -20,6 +20,7 @@ from types import TracebackType
 from typing import Any, Literal, Self, TypeVar
 
 from operations import (
+    IMAGE_SNIFF_BYTES,
     AbortSignal,
     DirEntry,
     EscapesRoot,
@@ -42,6 +43,7 @@ from operations import (
     glob_paths,
     read_small_streamed,
     search_file,
+    sniff_image_mime_type,
 )
 
 from . import _rg, _treewalk
@@ -59,8 +61,6 @@ INLINE_READ_BYTES = 256 * 1024  # smaller files are read on the event loop (a th
 READ_CHUNK = 1024 * 1024
 WRITE_BATCH = 1024 * 1024  # streamed pieces are gathered to this size: one thread hop per MiB
 T = TypeVar("T")
-
-IMAGE_SNIFF_BYTES = 16  # enough for every signature detect_image_mime_type knows
 
 
 def _kind(mode: int) -> FileKind:
@@ -168,19 +168,6 @@ def _access(gate: Gate, writable: bool) -> Callable[[str], None]:
             gate.write(rel)
 
     return check
-
-
-def image_mime_type(head: bytes) -> str | None:
-    """The image type that ``head`` (a file's first bytes) starts with, by magic number."""
-    if head.startswith(b"\x89PNG\r\n\x1a\n"):
-        return "image/png"
-    if head.startswith(b"\xff\xd8\xff"):
-        return "image/jpeg"
-    if head.startswith((b"GIF87a", b"GIF89a")):
-        return "image/gif"
-    if head.startswith(b"RIFF") and head[8:12] == b"WEBP":
-        return "image/webp"
-    return None
 
 
 class Broker:
@@ -400,7 +387,7 @@ class Broker:
     async def detect_image_mime_type(self, path: str, *, gate: Gate | None = None) -> str | None:
         fd, _ = self._root.open_file("detect_image_mime_type", path, gate and gate.read)
         try:
-            return image_mime_type(os.read(fd, IMAGE_SNIFF_BYTES))
+            return sniff_image_mime_type(os.read(fd, IMAGE_SNIFF_BYTES))
         finally:
             os.close(fd)
 
@@ -510,7 +497,12 @@ class Broker:
             found = await _treewalk.glob_in_thread(
                 tree,
                 lambda: glob_paths(
-                    tree.list_dir, tree.read_small, pattern, ignore=ignore, limit=limit
+                    tree.list_dir,
+                    tree.read_small,
+                    pattern,
+                    ignore=ignore,
+                    limit=limit,
+                    inherited=tree.inherited_rules(),
                 ),
             )
             return found if gate is None else [name for name in found if not tree.hidden(name)]

@@ -9,8 +9,12 @@ searches with the fd-based Python walk (``_treewalk``), which gives the same res
 
 Rules (kept equal to ``operations._search`` on the conformance suite):
     - ``--hidden --no-follow``; ``.gitignore`` / ``.ignore`` honoured in and below the search
-      directory only, repository or not (``--no-require-git --no-ignore-parent
+      directory by rg, repository or not (``--no-require-git --no-ignore-parent
       --no-ignore-global --no-ignore-exclude``); ``.git`` directories skipped; ``--no-config``.
+    - The ignore files of the directories between the root and the search directory, which rg
+      cannot read (nor should: it would go on above the root), are read by the broker
+      (``TreeAccess.inherited_rules``) and applied to what rg reports (``operations.WalkReach``):
+      a file is kept only if the Python walk, with those rules, would reach it.
     - ``--sort path``: the walk order of the Python search (names sorted per directory).
     - ``--text --crlf``: every file is read as text by rg; the broker then drops files with a NUL
       in their first 8 KiB (the shared binary rule), and ``$`` matches before ``\\r\\n``.
@@ -35,7 +39,7 @@ import signal
 import sysconfig
 from collections.abc import AsyncGenerator
 
-from operations import FileFilter, LineMatcher, SearchMatch, is_binary
+from operations import FileFilter, LineMatcher, SearchMatch, WalkReach, is_binary
 
 from . import _treewalk
 
@@ -117,9 +121,11 @@ async def search(
     if ignore_case:
         flags.append("--ignore-case")
     argv = [rg, *RG_ARGS, *flags, "--regexp", matcher.pattern, "--", "./"]
+    keep = FileFilter(glob)
+    inherited = tree.inherited_rules()
+    reach = WalkReach(tree.read_small, inherited) if len(inherited) else None
     proc = await _start(argv, tree.fd, _ruleset(tree.fd, rg))
     base = path.rstrip("/")
-    keep = FileFilter(glob)
     checked: dict[bytes, bool] = {}
     count = 0
     yielded = False
@@ -133,7 +139,7 @@ async def search(
                 name = name[2:]
             ok = checked.get(name)
             if ok is None:
-                ok = checked[name] = _recheck(tree, keep, name)
+                ok = checked[name] = _recheck(tree, keep, reach, name)
             if not ok:
                 continue
             yielded = True
@@ -236,9 +242,11 @@ async def _start(argv: list[str], cwd_fd: int, ruleset: Ruleset) -> _Rg:
     return proc
 
 
-def _recheck(tree: _treewalk.TreeAccess, keep: FileFilter, name: bytes) -> bool:
+def _recheck(
+    tree: _treewalk.TreeAccess, keep: FileFilter, reach: WalkReach | None, name: bytes
+) -> bool:
     rel = os.fsdecode(name)
-    if not keep.keeps(rel):
+    if not keep.keeps(rel) or (reach is not None and not reach.reaches(rel)):
         return False
     head = tree.head(rel)
     return head is not None and not is_binary(head)

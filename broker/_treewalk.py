@@ -1,7 +1,9 @@
 """The broker side of ``glob`` and ``search``: the shared walk (``operations._walk``) over fds.
 
 :class:`TreeAccess` holds a directory opened beneath the root and gives the walk its two callbacks,
-``list_dir`` and ``read_small``, over paths relative to that directory. Every open starts at the
+``list_dir`` and ``read_small``, over paths relative to that directory, and the ignore rules
+the directory inherits from the directories above it (:meth:`TreeAccess.inherited_rules`, read
+from a fresh fd of the root: never above it). Every open starts at the
 directory fd and follows **no** symlink at all (``openat2`` with ``RESOLVE_NO_SYMLINKS``, or an
 ``O_NOFOLLOW`` open per component), so a link swapped in mid-walk makes that entry fail and be
 skipped; nothing outside the root is listed or read.
@@ -21,11 +23,15 @@ from typing import Any, Self, TypeVar
 
 from operations import (
     BINARY_SNIFF_BYTES,
+    NO_RULES,
     FileKind,
     Gate,
+    IgnoreRules,
     LineMatcher,
     OpsError,
     SearchMatch,
+    Unavailable,
+    parent_ignore_rules,
     search_tree,
 )
 
@@ -120,18 +126,37 @@ class TreeAccess:
                 os.close(self.fd)
                 self.fd = -1
 
-    def open(self, rel: str, flags: int) -> int:
-        """Open ``rel`` beneath the directory without following any symlink."""
+    def open(self, rel: str, flags: int, *, dirfd: int | None = None) -> int:
+        """Open ``rel`` beneath the directory (or ``dirfd``) without following any symlink."""
         if self.stopped.is_set():
             raise Stopped
         raw = os.fsencode(rel) if rel else b"."
+        start = self.fd if dirfd is None else dirfd
         try:
             if self._root.strategy == "openat2":
                 with contextlib.suppress(BlockingIOError):  # EAGAIN: fall back to the walk
-                    return _openat2.openat2(self.fd, raw, flags, resolve=_NO_LINKS)
-            return _open_no_links(self.fd, raw, flags)
+                    return _openat2.openat2(start, raw, flags, resolve=_NO_LINKS)
+            return _open_no_links(start, raw, flags)
         except OSError as exc:
             raise errno_error(self._op, rel, exc) from None
+
+    def inherited_rules(self) -> IgnoreRules:
+        """The rules of the ignore files in the directories between the root and this one
+        (``operations.parent_ignore_rules``), found from the path the kernel names for this
+        directory and read beneath a fresh fd of the root, following no symlink."""
+        try:
+            rel = self._root.where(self._op, self.path, self.fd)
+        except Unavailable:  # no /proc: the lexical path (its opens follow no link either)
+            rel = self._root.relative(self._op, self.path)
+        if rel in ("", "."):
+            return NO_RULES
+        top = self._root.open_dir(self._op, self._root.path)
+        try:
+            return parent_ignore_rules(
+                rel, lambda name: self.read(name, MAX_IGNORE_FILE_BYTES, dirfd=top)
+            )
+        finally:
+            os.close(top)
 
     def list_dir(self, rel: str) -> list[tuple[str, FileKind]]:
         fd = self.open(rel, os.O_RDONLY | os.O_DIRECTORY)
@@ -142,9 +167,9 @@ class TreeAccess:
         finally:
             os.close(fd)
 
-    def read(self, rel: str, limit: int) -> bytes | None:
+    def read(self, rel: str, limit: int, *, dirfd: int | None = None) -> bytes | None:
         """The content of the regular file ``rel``, or ``None`` if it is not one or is too big."""
-        fd = self.open(rel, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+        fd = self.open(rel, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY, dirfd=dirfd)
         try:
             info = os.fstat(fd)
             if not st.S_ISREG(info.st_mode) or info.st_size > limit:
@@ -251,7 +276,16 @@ async def search(
     """The Python search: ``operations._search.search_tree`` over the tree's fds, in a thread."""
 
     def produce() -> Iterator[SearchMatch]:
-        return search_tree(matcher, path, tree.list_dir, tree.read_file, glob=glob, limit=limit)
+        inherited = tree.inherited_rules()
+        return search_tree(
+            matcher,
+            path,
+            tree.list_dir,
+            tree.read_file,
+            glob=glob,
+            limit=limit,
+            inherited=inherited,
+        )
 
     async with contextlib.aclosing(iterate_in_thread(tree, produce)) as matches:
         async for match in matches:

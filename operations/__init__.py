@@ -40,6 +40,9 @@ from ._errors import error_from_code as error_from_code
 from ._gate import MAX_TREE_CHECK as MAX_TREE_CHECK
 from ._gate import Gate as Gate
 from ._gate import GatedBackend as GatedBackend
+from ._gitignore import NO_RULES as NO_RULES
+from ._gitignore import IgnoreRules as IgnoreRules
+from ._gitignore import parent_ignore_rules as parent_ignore_rules
 from ._glob import compile_glob as compile_glob
 from ._guarded import AuditSink as AuditSink
 from ._guarded import GuardedBackend as GuardedBackend
@@ -52,6 +55,8 @@ from ._memory import OpRecord as OpRecord
 from ._memory import SeedValue as SeedValue
 from ._memory import Symlink as Symlink
 from ._memory_processes import MemoryProcesses as MemoryProcesses
+from ._mime import IMAGE_SNIFF_BYTES as IMAGE_SNIFF_BYTES
+from ._mime import sniff_image_mime_type as sniff_image_mime_type
 from ._policy import DEFAULT_SANDBOX_READ as DEFAULT_SANDBOX_READ
 from ._policy import AuditPolicy as AuditPolicy
 from ._policy import CommandEnvCache as CommandEnvCache
@@ -103,14 +108,17 @@ from ._types import FileStat as FileStat
 from ._types import KillReason as KillReason
 from ._types import OnData as OnData
 from ._types import SearchMatch as SearchMatch
+from ._walk import WalkReach as WalkReach
 from ._walk import glob_paths as glob_paths
 
 __all__ = [
     "BINARY_SNIFF_BYTES",
     "DEFAULT_SANDBOX_READ",
     "ERROR_TYPES",
+    "IMAGE_SNIFF_BYTES",
     "MAX_TIMEOUT_S",
     "MAX_TREE_CHECK",
+    "NO_RULES",
     "AbortController",
     "AbortSignal",
     "Aborted",
@@ -145,6 +153,7 @@ __all__ = [
     "GatedProcessOperations",
     "GrepOperations",
     "GuardedBackend",
+    "IgnoreRules",
     "InMemoryOperations",
     "InvalidArgument",
     "IsADirectory",
@@ -186,6 +195,7 @@ __all__ = [
     "TooManyLinks",
     "Unauthenticated",
     "Unavailable",
+    "WalkReach",
     "WriteOperations",
     "abort_scope",
     "build_command_env",
@@ -196,10 +206,12 @@ __all__ = [
     "glob_paths",
     "is_binary",
     "load_policy",
+    "parent_ignore_rules",
     "read_chunks",
     "read_small",
     "read_small_streamed",
     "search_file",
     "search_tree",
+    "sniff_image_mime_type",
     "write_chunks",
 ]

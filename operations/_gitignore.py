@@ -1,7 +1,8 @@
 """``.gitignore`` rules as ripgrep and fd apply them, as a pure object fed file contents.
 
-A walker (on disk in the broker, over the memory backend's tree) starts from :data:`NO_RULES`
-and, on entering each directory, calls :meth:`IgnoreRules.with_file` for the ignore files found
+A walker (on disk in the broker, over the memory backend's tree) starts from the rules its
+directory inherits (:func:`parent_ignore_rules`: the ignore files of the directories above it, up to the
+workspace root and never beyond, as ripgrep and fd read them) and, on entering each directory, calls :meth:`IgnoreRules.with_file` for the ignore files found
 there (:data:`IGNORE_FILES`, in that order). It then asks :meth:`IgnoreRules.is_ignored` for
 each entry and does not descend into ignored directories, which is also why a file inside an
 ignored directory can never be re-included (as in git).
@@ -15,7 +16,8 @@ Rules (gitignore(5)):
       file; without one it matches a name at any depth below that directory;
     - ``*``, ``?``, ``[...]`` and ``**`` as in :mod:`operations._glob`;
     - the last matching rule wins; deeper files come later than shallower ones, and ``.ignore``
-      comes after ``.gitignore`` in the same directory (so it overrides it, as in ripgrep).
+      comes after ``.gitignore`` in the same directory (so it overrides it, as in ripgrep);
+      the files of the parents come first, the root's before its children's.
 
 Unlike ripgrep, the rules apply whether or not the tree is a git repository (fd's
 ``--no-require-git``, which the reference find tool uses outside a repository): the same tree
@@ -26,12 +28,13 @@ gives the same results everywhere. ``.git`` directories are always skipped by th
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from ._errors import InvalidArgument
+from ._errors import InvalidArgument, OpsError
 from ._glob import translate_glob
 
-__all__ = ["ALWAYS_SKIPPED", "IGNORE_FILES", "NO_RULES", "IgnoreRules"]
+__all__ = ["ALWAYS_SKIPPED", "IGNORE_FILES", "NO_RULES", "IgnoreRules", "parent_ignore_rules"]
 
 IGNORE_FILES: tuple[str, ...] = (".gitignore", ".ignore")
 """Ignore files read in each directory, lowest precedence first."""
@@ -47,10 +50,13 @@ class _Rule:
     negate: bool
     dir_only: bool
     anchored: bool
+    above: str = ""  # a parent's rule: the path from its directory down to the walk root
 
     def matches(self, rel_path: str, is_dir: bool) -> bool:
         if self.dir_only and not is_dir:
             return False
+        if self.above:
+            rel_path = f"{self.above}/{rel_path}"
         if self.base:
             if not rel_path.startswith(self.base + "/"):
                 return False
@@ -113,6 +119,14 @@ class IgnoreRules:
             return self
         return IgnoreRules(self._rules + added)
 
+    def with_parent_file(self, below: str, content: bytes) -> IgnoreRules:
+        """Add the rules of an ignore file found above the walk root; ``below`` is the path from
+        its directory down to the walk root (``"sub"`` for ``w/.gitignore`` in a walk of
+        ``w/sub``), so its anchored patterns keep their meaning."""
+        rules = self.with_file("", content)._rules[len(self._rules) :]
+        above = below.strip("/")
+        return IgnoreRules(self._rules + tuple(_with_above(rule, above) for rule in rules))
+
     def is_ignored(self, rel_path: str, is_dir: bool) -> bool:
         """Whether the entry at ``rel_path`` (relative to the walk root) is ignored.
 
@@ -128,5 +142,34 @@ class IgnoreRules:
         return len(self._rules)
 
 
+def _with_above(rule: _Rule, above: str) -> _Rule:
+    return _Rule(rule.base, rule.regex, rule.negate, rule.dir_only, rule.anchored, above)
+
+
 NO_RULES = IgnoreRules()
-"""The empty stack a walk starts from."""
+"""The empty stack: no ignore file applies."""
+
+
+def parent_ignore_rules(rel_dir: str, read_file: Callable[[str], bytes | None]) -> IgnoreRules:
+    """The rules a walk of ``rel_dir`` (relative to the workspace root) inherits from above it.
+
+    These are the :data:`IGNORE_FILES` of every directory from the workspace root down to the
+    parent of ``rel_dir``, read with ``read_file`` (which takes root-relative paths and returns
+    ``None``, or raises an OpsError, for a file it cannot read). Nothing above the workspace root
+    is ever read: ripgrep would go up to the repository root, but what lies above the root is not
+    the workspace's (and may not be the broker's to read). For the root itself: :data:`NO_RULES`.
+    """
+    parts = [part for part in rel_dir.split("/") if part and part != "."]
+    if ".." in parts:
+        raise ValueError(f"parent_ignore_rules needs a resolved path, not {rel_dir!r}")
+    rules = NO_RULES
+    for depth in range(len(parts)):
+        below = "/".join(parts[depth:])
+        for name in IGNORE_FILES:
+            try:
+                content = read_file("/".join([*parts[:depth], name]))
+            except OpsError:
+                content = None
+            if content is not None:
+                rules = rules.with_parent_file(below, content)
+    return rules

@@ -44,8 +44,9 @@ from ._errors import (
     Unavailable,
 )
 from ._gate import MAX_TREE_CHECK, Gate
+from ._gitignore import IgnoreRules, parent_ignore_rules
 from ._memory_processes import MemoryProcesses
-from ._mime import SNIFF_BYTES, sniff_image_mime_type
+from ._mime import IMAGE_SNIFF_BYTES, sniff_image_mime_type
 from ._policy import ProcessPolicy
 from ._runner import CommandRunner
 from ._search import LineMatcher, search_file, search_tree
@@ -397,7 +398,7 @@ class InMemoryOperations:
     async def detect_image_mime_type(self, path: str, *, gate: Gate | None = None) -> str | None:
         with self._op("detect_image_mime_type", path):
             node = self._regular_file("detect_image_mime_type", path, gate and gate.read)
-            return sniff_image_mime_type(node.data[:SNIFF_BYTES])
+            return sniff_image_mime_type(node.data[:IMAGE_SNIFF_BYTES])
 
     async def read_chunks(
         self, path: str, *, chunk_size: int, gate: Gate | None = None
@@ -527,10 +528,18 @@ class InMemoryOperations:
             if not isinstance(top, DirNode):
                 raise NotADirectory("glob", cwd)
             list_dir, read_file = self._walk_callbacks("glob", cwd, top)
-            found = glob_paths(list_dir, read_file, pattern, ignore=ignore, limit=limit)
+            inherited = self._inherited_rules("glob", resolved.rel)
+            found = glob_paths(
+                list_dir, read_file, pattern, ignore=ignore, limit=limit, inherited=inherited
+            )
             if gate is None:
                 return found
             return [name for name in found if not gate.hidden(_join(resolved.rel, name))]
+
+    def _inherited_rules(self, op: str, rel: str) -> IgnoreRules:
+        """The ignore rules of the directories above ``rel`` (root-relative), up to the root."""
+        _, read_file = self._walk_callbacks(op, self.vfs.root, self.vfs.root_dir)
+        return parent_ignore_rules(rel, read_file)
 
     def _walk_callbacks(
         self, op: str, base: str, top: DirNode
@@ -581,8 +590,17 @@ class InMemoryOperations:
             if isinstance(node, DirNode):
                 base = path.rstrip("/")
                 list_dir, read_file = self._walk_callbacks(op, base, node)
+                inherited = self._inherited_rules(op, resolved.rel)
                 found = list(
-                    search_tree(matcher, path, list_dir, read_file, glob=glob, limit=limit)
+                    search_tree(
+                        matcher,
+                        path,
+                        list_dir,
+                        read_file,
+                        glob=glob,
+                        limit=limit,
+                        inherited=inherited,
+                    )
                 )
                 if gate is not None:  # never a read-denied file's lines
                     found = [

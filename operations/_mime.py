@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import struct
 
-__all__ = ["SNIFF_BYTES", "sniff_image_mime_type"]
+__all__ = ["IMAGE_SNIFF_BYTES", "sniff_image_mime_type"]
 
-SNIFF_BYTES = 4100
+IMAGE_SNIFF_BYTES = 4100
 """How many leading bytes a backend reads to sniff (the reference's file-type window)."""
 
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

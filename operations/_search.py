@@ -17,7 +17,8 @@ Search rules, the same on every backend:
     - **Binary files** (a NUL byte in the first :data:`BINARY_SNIFF_BYTES`) are skipped in a
       directory search; a file named directly is searched whatever its bytes (as ``rg`` does).
     - **Which files:** hidden files are searched (``rg --hidden``); ``.gitignore`` and ``.ignore``
-      rules found from the search directory down are respected (see ``_gitignore``); ``.git``
+      rules are respected (see ``_gitignore``), from the search directory down and in the
+      directories above it up to the workspace root (``inherited``, never above it); ``.git``
       directories are skipped; symlinks are not followed (a link is neither searched nor entered);
       unreadable files and directories are skipped silently. ``glob`` filters files by the
       :mod:`operations._glob` dialect, matched against the path relative to the search directory;
@@ -33,6 +34,7 @@ import re
 from collections.abc import Iterator
 
 from ._errors import InvalidArgument
+from ._gitignore import NO_RULES, IgnoreRules
 from ._glob import GlobMatcher, compile_glob
 from ._types import FileKind, SearchMatch
 from ._walk import ListDir, ReadFile, read_quietly, walk
@@ -152,17 +154,19 @@ def search_tree(
     *,
     glob: str | None = None,
     limit: int = 100,
+    inherited: IgnoreRules = NO_RULES,
 ) -> Iterator[SearchMatch]:
     """Search every file below ``root_path`` (absolute; the callbacks take paths relative to it).
 
-    Yields at most ``limit`` matches, in the documented order, as they are found.
+    Yields at most ``limit`` matches, in the documented order, as they are found. ``inherited``:
+    the rules of the ignore files above ``root_path`` (:func:`~operations._gitignore.parent_ignore_rules`).
     """
     if limit < 1:
         return
     file_filter = FileFilter(glob)
     base = root_path.rstrip("/")
     count = 0
-    for entry in walk(list_dir, read_file):
+    for entry in walk(list_dir, read_file, inherited=inherited):
         if entry.kind is not FileKind.FILE or not file_filter.keeps(entry.rel):
             continue
         data = read_quietly(read_file, entry.rel)

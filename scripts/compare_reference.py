@@ -4,7 +4,8 @@ Not part of CI: it needs Node 20 and the reference package, installed once with
 
     npm install --prefix /tmp/piref --ignore-scripts @earendil-works/pi-coding-agent@0.85.0
 
-and, for ``grep``, ripgrep on PATH. Then
+and, for ``grep`` and ``find``, ripgrep and fd on PATH (checked with the ``ripgrep`` wheel's rg 14
+and Debian's ``fd-find`` 8.6, whose ``fdfind`` the reference also finds). Then
 
     python scripts/compare_reference.py --reference /tmp/piref [--seed 1] [--cases 300] [--only functions,tools,grep]
 
@@ -223,6 +224,21 @@ TREE: dict[str, str | bytes] = {
     "nested/deep/y.py": "y = 2\n",
     "src/m.py": "import os\n",
 }
+SRC_TREE: dict[str, str | bytes] = {
+    "src/a.py": "a\n",
+    "src/sub/b.py": "b\n",
+    "lib/src/c.py": "c\n",
+    "lib/src/deep/d.py": "d\n",
+    "lib/x/src/e.py": "e\n",
+}
+PARENT_IGNORE_TREE: dict[str, str | bytes] = {
+    ".git/": "",  # a repository: outside one, the reference's grep reads no .gitignore
+    ".gitignore": "skip.txt\n/sub/top.txt\n",
+    "sub/skip.txt": "hit\n",
+    "sub/keep.txt": "hit\n",
+    "sub/top.txt": "hit\n",
+    "sub/deep/top.txt": "hit\n",
+}
 CALLS: list[tuple[str, dict[str, str | bytes], dict[str, Any]]] = [
     # read: image magic that does not decode
     ("read", {"bad.png": PNG_HEAD + b"\x00" * 40}, {"path": "bad.png"}),
@@ -239,14 +255,18 @@ CALLS: list[tuple[str, dict[str, str | bytes], dict[str, Any]]] = [
     ("find", TREE, {"pattern": "*.py", "path": "a.txt"}),
     ("find", TREE, {"pattern": "["}),
     ("find", TREE, {"pattern": "*.txt", "limit": 0}),
+    ("find", SRC_TREE, {"pattern": "src/*.py"}),
+    ("find", SRC_TREE, {"pattern": "src/*.py", "path": "lib"}),
+    ("find", SRC_TREE, {"pattern": "src/*.py", "path": "lib/src"}),
+    ("find", SRC_TREE, {"pattern": "**/src/*.py", "path": "lib/src"}),
+    ("find", PARENT_IGNORE_TREE, {"pattern": "*.txt", "path": "sub"}),
     # grep: binary named explicitly, BOM, invalid regex, parent .gitignore
     ("grep", {"bin.dat": b"match here\x00\x01\nmatch again\n"}, {"pattern": "match", "path": "bin.dat"}),
     ("grep", {"bom.txt": "\ufeffmatch first\nmatch second\n"}, {"pattern": "match"}),
     ("grep", {"bom.txt": "\ufeffmatch first\n"}, {"pattern": "^match"}),
     ("grep", TREE, {"pattern": "(unclosed"}),
     ("grep", TREE, {"pattern": "a[b"}),
-    ("grep", {".gitignore": "skip.txt\n", "sub/skip.txt": "hit\n", "sub/keep.txt": "hit\n"},
-     {"pattern": "hit", "path": "sub"}),
+    ("grep", PARENT_IGNORE_TREE, {"pattern": "hit", "path": "sub"}),
 ]  # fmt: skip
 VALIDATIONS: list[tuple[str, dict[str, Any]]] = [
     ("read", {"path": "a", "offset": "Infinity"}),

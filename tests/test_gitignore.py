@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from operations._gitignore import NO_RULES
-from operations._walk import walk
+import pytest
+
+from operations import FileKind, PermissionDenied
+from operations._gitignore import NO_RULES, parent_ignore_rules
+from operations._walk import WalkReach, walk
 
 from .tree import TreeCallbacks
 
@@ -94,3 +97,96 @@ def test_walk_without_ignore_files_still_skips_git() -> None:
     tree = TreeCallbacks({".gitignore": b"*\n", "a": b"", ".git/HEAD": b""})
     rels = [e.rel for e in walk(tree.list_dir, tree.read_file, respect_ignore_files=False)]
     assert rels == [".gitignore", "a"]
+
+
+def test_parent_file_keeps_its_anchors() -> None:
+    """``w/.gitignore`` seen from a walk of ``w/sub``: anchored rules still name ``w``'s paths."""
+    r = NO_RULES.with_parent_file("sub", b"/sub/top\nsub/build/\n*.log\n/elsewhere\n")
+    assert r.is_ignored("top", False)
+    assert not r.is_ignored("deep/top", False)
+    assert r.is_ignored("build", True)
+    assert r.is_ignored("deep/x.log", False)
+    assert not r.is_ignored("elsewhere", False)
+    assert not r.with_file("", b"!keep.log\n").is_ignored("keep.log", False)  # deeper wins
+
+
+def test_parent_ignore_rules_read_from_the_root_down_never_above() -> None:
+    files = {
+        ".gitignore": b"*.log\n",
+        ".ignore": b"!keep.log\n",
+        "a/.gitignore": b"/b/c/top\n",
+        "a/b/.gitignore": b"keep.log\n",
+        "a/b/c/.gitignore": b"own\n",  # the walk root's own file: the walk reads it, not this
+    }
+    asked: list[str] = []
+
+    def read(rel: str) -> bytes | None:
+        asked.append(rel)
+        return files.get(rel)
+
+    r = parent_ignore_rules("a/b/c", read)
+    assert asked == [
+        ".gitignore",
+        ".ignore",
+        "a/.gitignore",
+        "a/.ignore",
+        "a/b/.gitignore",
+        "a/b/.ignore",
+    ]
+    assert r.is_ignored("x.log", False)
+    assert r.is_ignored("keep.log", False)  # a/b/.gitignore comes after the root's .ignore
+    assert r.is_ignored("top", False)
+    assert not r.is_ignored("own", False)
+    assert parent_ignore_rules("", read) is NO_RULES
+    assert parent_ignore_rules(".", read) is NO_RULES
+    with pytest.raises(ValueError, match="resolved path"):
+        parent_ignore_rules("a/../b", read)
+
+
+def test_unreadable_parent_file_is_skipped() -> None:
+    def read(rel: str) -> bytes | None:
+        if rel == ".gitignore":
+            raise PermissionDenied("read", rel)
+        return b"*.tmp\n" if rel == ".ignore" else None
+
+    r = parent_ignore_rules("sub", read)
+    assert r.is_ignored("a.tmp", False)
+    assert len(r) == 1
+
+
+REACH_TREE = {
+    ".gitignore": b"out/\n*.log\n",
+    "a.log": b"",
+    "keep/.gitignore": b"!b.log\n",
+    "keep/b.log": b"",
+    "keep/c.log": b"",
+    "out/x": b"",
+    "out/.gitignore": b"!x\n",  # inside an ignored directory: never read by the walk
+    "src/.ignore": b"gen/\n",
+    "src/gen/g.py": b"",
+    "src/m.py": b"",
+    "top": b"",
+    "deep/top": b"",
+    ".git/HEAD": b"",
+}
+
+
+def test_walk_reach_agrees_with_the_walk() -> None:
+    tree = TreeCallbacks(REACH_TREE)  # type: ignore[arg-type]
+    inherited = NO_RULES.with_parent_file("w", b"/w/top\n*.py\n!m.py\n")
+    walked = {
+        e.rel
+        for e in walk(tree.list_dir, tree.read_file, inherited=inherited)
+        if e.kind is FileKind.FILE
+    }
+    assert walked == {
+        ".gitignore",
+        "keep/.gitignore",
+        "keep/b.log",
+        "src/.ignore",
+        "src/m.py",
+        "deep/top",
+    }
+    reach = WalkReach(tree.read_file, inherited)
+    files = [rel for rel, value in REACH_TREE.items() if value is not None]
+    assert {rel for rel in files if reach.reaches(rel)} == walked

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from operations import InvalidArgument, SearchMatch
+from operations import NO_RULES, InvalidArgument, SearchMatch
 from operations._search import BINARY_SNIFF_BYTES, LineMatcher, is_binary, search_tree
 
 from .tree import TreeCallbacks
@@ -74,3 +74,14 @@ def test_search_tree_order_filters_and_limit() -> None:
     assert list(search_tree(matcher, "/w", tree.list_dir, tree.read_file, limit=0)) == []
     root = list(search_tree(matcher, "/", tree.list_dir, tree.read_file, limit=1))
     assert root == [SearchMatch("/.hidden", 1, "hit hidden")]
+
+
+def test_search_tree_applies_inherited_rules_below_its_own() -> None:
+    tree = TreeCallbacks(
+        {"a.log": b"hit\n", "keep.log": b"hit\n", "b.txt": b"hit\n", ".gitignore": b"!keep.log\n"}
+    )
+    inherited = NO_RULES.with_parent_file("sub", b"*.log\n")
+    found = search_tree(
+        LineMatcher("hit"), "/w/sub", tree.list_dir, tree.read_file, inherited=inherited
+    )
+    assert [m.path for m in found] == ["/w/sub/b.txt", "/w/sub/keep.log"]

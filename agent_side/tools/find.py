@@ -131,21 +131,46 @@ def create_find_tool_definition(
 
 
 async def _glob(ops: FindOperations, pattern: str, search_path: str, limit: int) -> list[str]:
-    """The backend's ``glob`` with fd's reading of two patterns.
+    """The backend's ``glob`` with fd's reading of a pattern, as the reference runs fd.
 
     ``dir/**`` matches what is below ``dir``, not ``dir`` itself (the backend dialect's ``**``
-    also matches nothing); a pattern starting with ``/`` is matched against the absolute path
-    in the backend's namespace (fd's ``--full-path``), not anchored at the search directory.
+    also matches nothing). A pattern with a ``/`` is matched against the absolute path in the
+    backend's namespace (fd's ``--full-path``), with ``**/`` put in front unless it starts with
+    ``/`` or ``**/`` (the reference's rule): ``src/*.py`` finds ``src/a.py`` at any depth.
     """
     if pattern.endswith("/**"):
         pattern = pattern[:-3] + "/*/**"
     cap = limit if limit > 0 else UNLIMITED
-    if not pattern.startswith("/"):
+    if "/" in pattern and not pattern.startswith(("/", "**/")):
+        pattern = f"**/{pattern}"
+    base = search_path.rstrip("/")
+    if "/" not in pattern or not _may_start_above(pattern, base):
         return await ops.glob(pattern, search_path, ignore=list(IGNORED), limit=cap)
     matcher = compile_glob(pattern, op="find")
-    base = search_path.rstrip("/")
     everything = await ops.glob("**", search_path, ignore=list(IGNORED), limit=UNLIMITED)
     return [rel for rel in everything if matcher.match(f"{base}/{rel}".lstrip("/"))][:cap]
+
+
+def _may_start_above(pattern: str, base: str) -> bool:
+    """Whether a full-path match of ``pattern`` could begin in the search path ``base`` itself.
+
+    If not, matching it relative to the search directory (the backend's ``glob``) gives the
+    same paths, without listing the whole tree. An anchored pattern always may; ``**/P`` may
+    only if ``P``'s first component matches a component of ``base``.
+    """
+    if pattern.startswith("/"):
+        return True
+    rest = pattern
+    while rest.startswith("**/"):
+        rest = rest[3:]
+    first = rest.split("/", 1)[0]
+    if first in ("", "**") or "{" in first:  # a brace may hide a "/": assume it may
+        return True
+    try:
+        matcher = compile_glob(first, op="find")
+    except InvalidArgument:
+        return True
+    return any(matcher.match(part) for part in base.split("/") if part)
 
 
 def _not_a_directory(search_path: str) -> str:

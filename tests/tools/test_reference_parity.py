@@ -150,6 +150,18 @@ async def test_find_glob_dialect_and_limit_zero(tw: ToolWorkspace) -> None:
     )
 
 
+async def test_find_path_pattern_matches_at_any_depth(tw: ToolWorkspace) -> None:
+    """fd's ``--full-path`` with the ``**/`` the reference puts in front of ``src/*.py``."""
+    for rel in ("src/a.py", "src/sub/b.py", "lib/src/c.py", "lib/src/deep/d.py", "lib/x/src/e.py"):
+        tw.write(rel, "x\n")
+    find = create_find_tool(tw.root, operations=tw.ops)
+    assert text(await call(find, pattern="src/*.py")) == "lib/src/c.py\nlib/x/src/e.py\nsrc/a.py"
+    assert text(await call(find, pattern="src/*.py", path="lib")) == "src/c.py\nx/src/e.py"
+    # The search path's own components take part, as in fd: lib/src/c.py is "src/*.py".
+    assert text(await call(find, pattern="src/*.py", path="lib/src")) == "c.py"
+    assert text(await call(find, pattern="**/src/*.py", path="lib/src")) == "c.py"
+
+
 async def test_grep_binary_file_named_directly_and_bom(tw: ToolWorkspace) -> None:
     tw.write("bin.dat", b"match here\x00\x01\nmatch again\n")
     tw.write("bom.txt", "\ufeffmatch first\nmatch second\n")

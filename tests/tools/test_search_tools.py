@@ -57,8 +57,10 @@ async def test_a_bad_regex_names_the_tool_calls_own_option(tw: ToolWorkspace) ->
     tw.write("c.py", "f(x)\n")
     grep = create_grep_tool(tw.root, operations=tw.ops)
     message = await fail(grep, pattern="f(")
-    assert "regex parse error in 'f('" in message
-    assert message.endswith('use "literal": true to search text as is'), message
+    assert message.startswith("rg: regex parse error:\n    (?:f()"), message
+    assert "literal=True" not in message
+    hinted = await fail(grep, pattern="(?<=a+)b")  # Python's own words: the JSON hint follows
+    assert hinted.endswith('set "literal": true to search for the text)'), hinted
     assert text(await call(grep, pattern="f(", literal=True)) == "c.py:1: f(x)"
 
 
