@@ -1,10 +1,8 @@
 """A broker serving the sandboxd surface on loopback, in a subprocess.
 
-A subprocess because our ``process.v1`` descriptors and the SDK's (``k8s_agent_sandbox``'s own
-``process/v1/process.proto``) define the same symbols: loaded into one interpreter, the second
-file fails with a duplicate-symbol error in protobuf's default descriptor pool
-(``test_sdk.py::test_both_descriptors_clash_in_one_process`` checks it). So the broker runs in
-``python -m opsbroker serve`` and the SDK in the test process.
+A subprocess, as a user runs it (``python -m opsbroker serve --sandboxd``), with the SDK in the
+test process. (Our ``process.v1`` descriptors live in a pool of their own, so the two could share
+one interpreter: ``test_sdk.py::test_our_descriptors_and_the_sdks_load_in_one_process``.)
 """
 
 from __future__ import annotations
