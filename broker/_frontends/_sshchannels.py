@@ -48,7 +48,6 @@ from operations import (
     OpsError,
     ProcessInfo,
     ProcessOperations,
-    ProcessState,
     PtySize,
     TooLarge,
 )
@@ -199,16 +198,27 @@ class CommandChannel(_Kind):
             raise
         finally:
             self.task = None
-        _report_end(chan, call.exit_code, call.kill_reason)
+        _report_end(chan, call.exit_code, call.kill_reason, call.signal)
 
 
 def _report_end(
-    chan: asyncssh.SSHServerChannel[bytes], exit_code: int | None, reason: KillReason | None
+    chan: asyncssh.SSHServerChannel[bytes],
+    exit_code: int | None,
+    reason: KillReason | None,
+    signal: int | None,
 ) -> None:
-    """Send how a command or terminal process ended: its exit status, or, when the broker killed
-    the tree, a line saying why and 124 (timeout) or 137."""
+    """Send how a command or terminal process ended: its exit status, the signal that ended it
+    (an SSH ``exit-signal``: OpenSSH then exits 255 and says so), or, when the broker killed the
+    tree, a line saying why and 124 (timeout) or 137."""
     if exit_code is not None:
-        chan.exit((exit_code if exit_code >= 0 else 128 - exit_code) & 0xFF)
+        chan.exit(exit_code & 0xFF)
+        return
+    if signal is not None and reason is None:
+        try:
+            name = _signal.Signals(signal).name.removeprefix("SIG")
+        except ValueError:
+            name = str(signal)
+        chan.exit_with_signal(name)
         return
     shown = reason.value if reason else "unknown"
     chan.write_stderr(f"opsbroker: command killed ({shown})\r\n".encode())
@@ -224,6 +234,7 @@ class _CommandCall:
         self.principal = channel.server.principal
         self.exit_code: int | None = None
         self.kill_reason: KillReason | None = None
+        self.signal: int | None = None
 
     async def send(self, message: ProtoMessage) -> None:
         assert isinstance(message, pb.ExecEvent)
@@ -233,6 +244,7 @@ class _CommandCall:
         else:
             result = exit_from_wire(message.exit)
             self.exit_code, self.kill_reason = result.exit_code, result.kill_reason
+            self.signal = result.signal
 
     async def receive(self) -> ProtoMessage | None:
         return None
@@ -358,10 +370,7 @@ class PtyChannel(_Kind):
 
 
 def _report_end_of(chan: asyncssh.SSHServerChannel[bytes], info: ProcessInfo) -> None:
-    if info.state is ProcessState.EXITED:
-        _report_end(chan, info.exit_code if info.exit_code is not None else 0, None)
-    else:
-        _report_end(chan, None, info.kill_reason)
+    _report_end(chan, info.exit_code, info.kill_reason, info.signal)
 
 
 async def _finish(kill: Coroutine[object, object, ProcessInfo]) -> None:

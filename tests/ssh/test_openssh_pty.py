@@ -26,6 +26,7 @@ import pytest
 from broker import Broker
 from broker._audit import read_records
 from broker._landlock import landlock_abi
+from operations import ProcessState
 from tests.broker._procscan import MARK_VAR, new_marker, survivors
 from tests.conformance._workspace import DiskWorkspace
 from tests.grpc._harness import serving
@@ -200,7 +201,15 @@ async def test_ctrl_c_ends_a_sleep_and_the_status_says_so(
     await term.expect("GO")
     await asyncio.sleep(0.2)  # let bash start sleep
     term.type(b"\x03")
-    assert await term.exit_status() == 128 + signal.SIGINT
+    assert await term.exit_status() == 255  # OpenSSH's status for an exit-signal
+    core = setup.frontend.backend
+    assert isinstance(core, Broker)
+    [end] = await core.processes.list_processes()
+    assert (end.state, end.exit_code, end.signal) == (
+        ProcessState.EXITED,
+        None,
+        signal.SIGINT,
+    )
 
 
 async def test_ssh_without_a_command_is_an_interactive_shell(
@@ -345,3 +354,12 @@ async def test_the_sandbox_confines_a_terminal_session(
     starts = [r for r in records if r.get("op") == "start_process"]
     assert len(starts) == 1 and starts[0]["transport"] == "ssh", starts
     assert any(r.get("op") == "process_exit" for r in records), records
+
+
+async def test_a_signal_that_ends_a_command_is_reported(setup: SSHSetup) -> None:
+    """Over the subsystem (the ExecExit's ``signal``) and to stock ssh (an ``exit-signal``)."""
+    async with setup.backend() as client:
+        result = await client.exec("kill -TERM $$", client.root, on_data=lambda _: None)
+    assert (result.exit_code, result.signal, result.kill_reason) == (None, signal.SIGTERM, None)
+    code, _ = await ssh_tt(setup, "kill -TERM $$")
+    assert code == 255  # what OpenSSH exits with for an exit-signal
