@@ -73,6 +73,8 @@ def describe(info: ProcessInfo) -> str:
     """One line of ``ps``: id, state, how it ended, output bytes, age, command."""
     if info.exit_code is not None:
         end = f"exit {info.exit_code}"
+    elif info.signal is not None:
+        end = f"signal {info.signal}"
     elif info.kill_reason is not None:
         end = f"killed ({info.kill_reason.value})"
     else:

@@ -299,7 +299,7 @@ class LiveProcess:
     async def supervise(self, readers: Sequence[tuple[int, OnData]]) -> ExecResult:
         """Pump each output fd to its callback until the tree has ended, then release it.
 
-        As :meth:`ProcessManager.exec`: ``ExecResult(code)`` when the leader exited (and the
+        As :meth:`ProcessManager.exec`: ``ExecResult(code)`` (or ``signal``) when the leader exited (and the
         rest of the tree was killed after its output went idle), ``ExecResult(None, reason)``
         when it was killed. **Cancellation** kills the tree (``ABORTED``) first.
         """
@@ -488,9 +488,9 @@ class ProcessManager:
                 means :data:`MINIMAL_ENV`. ``OPSBROKER_EXEC_ID`` is always added.
 
         Returns:
-            ``ExecResult(exit_code)`` when the shell exited (``None`` if a signal not sent by the
-            broker ended it, as the reference reports), or ``ExecResult(None, reason)`` when the
-            broker killed the tree. Either way, no process of the tree is left when it returns.
+            ``ExecResult(exit_code)`` when the shell exited (``ExecResult(None, signal=n)`` if a
+            signal not sent by the broker ended it: ``None`` as the reference reports), or
+            ``ExecResult(None, reason)`` when the broker killed the tree. Either way, no process of the tree is left when it returns.
 
         Raises:
             InvalidArgument: for an empty argv or an invalid timeout.
@@ -685,7 +685,9 @@ class ProcessManager:
         if run.kill_reason is not None:
             return ExecResult(None, run.kill_reason)
         code = run.leader.returncode
-        return ExecResult(code if code is not None and code >= 0 else None)
+        if code is not None and code < 0:
+            return ExecResult(None, signal=-code)
+        return ExecResult(code)
 
     async def _wait_end(
         self, run: _Run, pump: asyncio.Task[None], exited: asyncio.Task[None]

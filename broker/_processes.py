@@ -165,6 +165,7 @@ class _Record:
     state: ProcessState = ProcessState.RUNNING
     exit_code: int | None = None
     kill_reason: KillReason | None = None
+    signal: int | None = None
     stdin_closed: bool = False
     stdin_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     ended: asyncio.Event = field(default_factory=asyncio.Event)
@@ -187,17 +188,8 @@ class _Record:
             exit_code=self.exit_code,
             kill_reason=self.kill_reason,
             bytes_out=self.ring.end,
+            signal=self.signal,
         )
-
-
-def _exit_code(result: ExecResult, returncode: int | None) -> int | None:
-    """The exit status of a leader that ended on its own; ``128 + n`` when signal ``n`` ended
-    it (the shell's convention, so ``^C`` reads as 130)."""
-    if result.exit_code is not None:
-        return result.exit_code
-    if returncode is not None and returncode < 0:
-        return 128 - returncode
-    return returncode
 
 
 async def _writable(fd: int, ended: asyncio.Event) -> bool:
@@ -369,7 +361,7 @@ class ProcessTable:
                 record.state, record.kill_reason = ProcessState.KILLED, result.kill_reason
             else:
                 record.state = ProcessState.EXITED
-                record.exit_code = _exit_code(result, live.returncode)
+                record.exit_code, record.signal = result.exit_code, result.signal
             record.ended.set()
             record.ring.notify()
             async with record.stdin_lock:  # a writer waiting on a full pipe has let go by now

@@ -74,6 +74,7 @@ class GuardedProcesses:
                 entry.set(
                     process=info.id,
                     exit_code=end.exit_code,
+                    signal=end.signal,
                     kill_reason=None if end.kill_reason is None else end.kill_reason.value,
                     bytes_out=end.bytes_out,
                 )

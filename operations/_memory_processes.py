@@ -94,7 +94,13 @@ class _Process:
             state, code = ProcessState.KILLED, None
         else:
             state, code = ProcessState.EXITED, result.exit_code
-        self.info = replace(self.info, state=state, exit_code=code, kill_reason=result.kill_reason)
+        self.info = replace(
+            self.info,
+            state=state,
+            exit_code=code,
+            kill_reason=result.kill_reason,
+            signal=result.signal,
+        )
         self.ended.set()
         self._notify()
 
@@ -246,6 +252,8 @@ class MemoryProcesses:
         outcome = (
             f"killed:{result.kill_reason.value}"
             if result.kill_reason is not None
+            else f"signal:{result.signal}"
+            if result.signal is not None
             else f"exit:{result.exit_code}"
         )
         self._record("process_exit", info.id, outcome, info.command)

@@ -63,8 +63,9 @@ class ProcessInfo:
     """What is known of a started process (a snapshot).
 
     ``started_at`` is seconds since the epoch; ``bytes_out`` counts all output produced so far
-    (the next offset). ``exit_code`` is set once it has ``EXITED``; ``kill_reason`` once it was
-    ``KILLED``.
+    (the next offset). Once it has ``EXITED``, ``exit_code`` is its leader's exit status, or
+    ``None`` when a signal (``signal``) ended the leader: the rule of
+    :class:`~operations.ExecResult`. ``kill_reason`` is set once it was ``KILLED``.
     """
 
     id: str
@@ -76,6 +77,7 @@ class ProcessInfo:
     exit_code: int | None = None
     kill_reason: KillReason | None = None
     bytes_out: int = 0
+    signal: int | None = None
 
     @property
     def running(self) -> bool:

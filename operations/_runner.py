@@ -130,15 +130,15 @@ class ProcessIO:
         return data
 
     def signal(self, signum: int) -> None:
-        """Deliver ``signum``: queued if trapped, else the run ends with ``128 + signum``."""
+        """Deliver ``signum``: queued if trapped, else the run ends by it (``signal=signum``)."""
         if signum in self._trapped:
             self._signals.put_nowait(signum)
         elif signum in IGNORED_BY_DEFAULT or self._ended:
             return
         elif self._end is not None:
-            self._end(128 + signum)
+            self._end(signum)
         elif self._pending is None:  # the run has not begun: it ends as soon as it does
-            self._pending = 128 + signum
+            self._pending = signum
 
     def ended(self) -> None:
         """The run is over: writers waiting on a full pipe are told so."""
@@ -294,7 +294,7 @@ class CommandRunner:
         """Run ``command`` (see the module docstring). ``timeout`` <= 0 or ``None``: none.
 
         ``io`` makes it a started process: its stdin, signals and terminal (see
-        :class:`ProcessIO`); a signal that ends it gives ``ExecResult(128 + n)``.
+        :class:`ProcessIO`); a signal that ends it gives ``ExecResult(None, signal=n)``.
         """
         self.history.append(command)
         if signal is not None and signal.aborted:
@@ -311,10 +311,10 @@ class CommandRunner:
                 kill_reason = reason
                 task.cancel()
 
-        def end(exit_code: int) -> None:
+        def end(signum: int) -> None:
             nonlocal signalled
             if kill_reason is None and signalled is None and task is not None and not task.done():
-                signalled = exit_code
+                signalled = signum
                 task.cancel()
 
         async def emit(data: bytes) -> None:
@@ -384,7 +384,7 @@ class CommandRunner:
                 remove_listener()
         if task.cancelled():
             if signalled is not None:
-                return ExecResult(signalled)
+                return ExecResult(None, signal=signalled)
             return ExecResult(None, kill_reason or KillReason.ABORTED)
         return ExecResult(task.result())
 

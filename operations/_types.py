@@ -85,12 +85,15 @@ class KillReason(enum.Enum):
 class ExecResult:
     """How a command ended.
 
-    ``exit_code`` is the shell's exit status, or ``None`` when the broker killed the tree;
-    ``kill_reason`` then says why. A command that exited on its own has ``kill_reason=None``.
+    ``exit_code`` is the shell's exit status, or ``None`` when it has none: the broker killed the
+    tree (``kill_reason`` says why) or a signal the broker did not send ended the shell
+    (``signal`` says which, e.g. ``2`` for ``^C``; the reference reports such a shell as ``null``).
+    A command that ended on its own has ``kill_reason=None``.
     """
 
     exit_code: int | None
     kill_reason: KillReason | None = None
+    signal: int | None = None
 
     @property
     def killed(self) -> bool:

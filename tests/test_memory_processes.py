@@ -191,20 +191,22 @@ async def test_cat_in_exec_reads_an_empty_stdin() -> None:
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
-async def test_a_signal_ends_a_process_as_bash_reports(signum: int) -> None:
+async def test_a_signal_ends_a_process_as_the_core_reports(signum: int) -> None:
     ops = backend()
     info = await ops.processes.start("serve", ROOT)
     await ops.processes.signal(info.id, signum)  # even before the handler has begun
     done = await ops.processes.wait(info.id)
-    assert (done.state, done.exit_code, done.kill_reason) == (
+    assert (done.state, done.exit_code, done.signal, done.kill_reason) == (
         ProcessState.EXITED,
-        128 + signum,
+        None,
+        signum,
         None,
     )
     up = await ops.processes.start("serve", ROOT)
     await ready(ops, up.id)
     await ops.processes.signal(up.id, signum)
-    assert (await ops.processes.wait(up.id)).exit_code == 128 + signum
+    end = await ops.processes.wait(up.id)
+    assert (end.exit_code, end.signal) == (None, signum)
 
 
 async def test_a_trapped_signal_is_the_handlers_and_bad_numbers_are_refused() -> None:

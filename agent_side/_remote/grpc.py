@@ -50,7 +50,7 @@ from opsbroker.v1.codec import (
     chunk_data_view,
     chunks,
     error_from_wire,
-    kill_reason_from_wire,
+    exit_from_wire,
     kind_from_wire,
     stat_from_wire,
 )
@@ -735,10 +735,8 @@ class _ExecCall:
                 if inspect.isawaitable(pending):
                     await pending
             elif kind == "exit":
-                end = event.exit
-                code = end.exit_code if end.HasField("exit_code") else None
                 self.finished = True
-                return ExecResult(code, kill_reason_from_wire(end.kill_reason))
+                return exit_from_wire(event.exit)
 
     async def _raise_status(self) -> NoReturn:
         code = await self._call.code()

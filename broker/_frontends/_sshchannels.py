@@ -2,19 +2,22 @@
 
 A channel becomes what its first request asks for: the ``opsbroker`` subsystem
 (:class:`FrameChannel`: framed calls of the one service table), a command (:class:`CommandChannel`:
-``ssh host 'make test'``, run as the service's ``Run``), ``sftp`` (:class:`SftpChannel`), or a shell,
-which is refused (:class:`RefusedShell`). :class:`Channel` is the asyncssh session that picks the
-kind and hands every later event to it.
+``ssh host 'make test'``, run as the service's ``Run``), ``sftp`` (:class:`SftpChannel`), a
+terminal session (:class:`PtyChannel`: ``ssh -t host [COMMAND]``, a process started on a PTY), or
+a shell without a terminal, which is refused (:class:`RefusedShell`). :class:`Channel` is the
+asyncssh session that picks the kind and hands every later event to it.
 
-**Cancellation:** closing a channel, an SSH ``signal`` request on it, a ``CANCEL`` frame, or the
-loss of the connection cancels the channel's running call; the backend then kills the command
-tree before the call ends.
+**Cancellation:** closing a channel, an SSH ``signal`` request on it (on a terminal session: the
+signal is sent to the process instead), a ``CANCEL`` frame, or the loss of the connection cancels
+the channel's running call; the backend then kills the command tree before the call ends.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import signal as _signal
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Final, cast
 
@@ -37,7 +40,17 @@ from opsbroker.v1.sshframe import (
     State,
 )
 
-from operations import Aborted, Backend, InvalidArgument, KillReason, OpsError, TooLarge
+from operations import (
+    Aborted,
+    Backend,
+    InvalidArgument,
+    KillReason,
+    OpsError,
+    ProcessInfo,
+    ProcessOperations,
+    PtySize,
+    TooLarge,
+)
 
 from ._service import METHODS, Method, decode
 from ._sftp import BackendSFTPServer
@@ -50,6 +63,7 @@ __all__ = [
     "EXIT_KILLED",
     "EXIT_TIMEOUT",
     "NO_SHELL_MESSAGE",
+    "SHELL_COMMAND",
     "Channel",
 ]
 
@@ -65,9 +79,17 @@ COALESCE_BYTES: Final = 256 * 1024
 """Queued reply bytes that are written at once instead of at the end of the loop iteration."""
 
 NO_SHELL_MESSAGE: Final = (
-    "opsbroker: interactive shells are not offered. Run a command instead "
-    "(ssh HOST 'COMMAND'), or use sftp or the opsbroker subsystem.\r\n"
+    "opsbroker: interactive shells are not offered without a terminal. Ask for one "
+    "(ssh -t HOST), run a command (ssh HOST 'COMMAND'), or use sftp or the opsbroker "
+    "subsystem.\r\n"
 )
+
+SHELL_COMMAND: Final = 'exec "${BASH:-sh}" ${BASH:+--norc --noprofile} -i'
+"""What ``ssh -t host`` (no command) runs: an interactive bash (``sh`` where there is none), without
+the broker account's dotfiles, since the session's environment is the policy's."""
+
+MAX_TERM_CELLS: Final = 0xFFFF
+"""A requested terminal dimension is clamped to this (the kernel's ``winsize`` is 16-bit)."""
 
 SFTP_VERSION: Final = 3
 """The SFTP protocol version offered: v3 is what OpenSSH speaks (later versions add nothing
@@ -176,13 +198,31 @@ class CommandChannel(_Kind):
             raise
         finally:
             self.task = None
-        exit_code, reason = call.exit_code, call.kill_reason
-        if exit_code is not None:
-            chan.exit((exit_code if exit_code >= 0 else 128 - exit_code) & 0xFF)
-            return
-        shown = reason.value if reason else "unknown"
-        chan.write_stderr(f"opsbroker: command killed ({shown})\r\n".encode())
-        chan.exit(EXIT_TIMEOUT if reason is KillReason.TIMEOUT else EXIT_KILLED)
+        _report_end(chan, call.exit_code, call.kill_reason, call.signal)
+
+
+def _report_end(
+    chan: asyncssh.SSHServerChannel[bytes],
+    exit_code: int | None,
+    reason: KillReason | None,
+    signal: int | None,
+) -> None:
+    """Send how a command or terminal process ended: its exit status, the signal that ended it
+    (an SSH ``exit-signal``: OpenSSH then exits 255 and says so), or, when the broker killed the
+    tree, a line saying why and 124 (timeout) or 137."""
+    if exit_code is not None:
+        chan.exit(exit_code & 0xFF)
+        return
+    if signal is not None and reason is None:
+        try:
+            name = _signal.Signals(signal).name.removeprefix("SIG")
+        except ValueError:
+            name = str(signal)
+        chan.exit_with_signal(name)
+        return
+    shown = reason.value if reason else "unknown"
+    chan.write_stderr(f"opsbroker: command killed ({shown})\r\n".encode())
+    chan.exit(EXIT_TIMEOUT if reason is KillReason.TIMEOUT else EXIT_KILLED)
 
 
 class _CommandCall:
@@ -194,6 +234,7 @@ class _CommandCall:
         self.principal = channel.server.principal
         self.exit_code: int | None = None
         self.kill_reason: KillReason | None = None
+        self.signal: int | None = None
 
     async def send(self, message: ProtoMessage) -> None:
         assert isinstance(message, pb.ExecEvent)
@@ -203,12 +244,141 @@ class _CommandCall:
         else:
             result = exit_from_wire(message.exit)
             self.exit_code, self.kill_reason = result.exit_code, result.kill_reason
+            self.signal = result.signal
 
     async def receive(self) -> ProtoMessage | None:
         return None
 
     async def discard_input(self) -> None:
         return None
+
+
+_Input = bytes | PtySize | _signal.Signals | None
+"""What a terminal session hands its process, in order: input, a resize, a signal, end of input."""
+
+
+class PtyChannel(_Kind):
+    """``ssh -t host [COMMAND]``: the command (an interactive shell without one) started on a
+    pseudo-terminal through the connection's ``processes``, exactly as ``start(pty=...)``.
+
+    So it has what every started process has: the cwd at the root, the policy's environment
+    (``TERM`` from the client's request), the sandbox, the tracked tree, the policy's limits
+    (``process.max_lifetime``; a session counts against ``process.max_per_principal``) and the
+    audit. Channel input is its terminal input, in order; a window change resizes the terminal;
+    the client's end of input is the terminal's ``^D``; an SSH ``signal`` request is sent to the
+    process group. The exit status goes back to the client (124 or 137 with a line when the broker
+    killed the tree).
+
+    **Cancellation:** the channel closing, or the connection dropping, kills the process's tree
+    (``kill``, the one kill path) before the channel's task ends.
+    """
+
+    def __init__(
+        self,
+        server: _BrokerServer,
+        chan: asyncssh.SSHServerChannel[bytes],
+        command: str | None,
+        term: str,
+        size: PtySize,
+    ) -> None:
+        super().__init__(server, chan)
+        self.command = SHELL_COMMAND if command is None else command
+        self.term = term
+        self.size = size
+        self.processes: ProcessOperations = server.ops.processes
+        self.id: str | None = None
+        self.input: asyncio.Queue[_Input] = asyncio.Queue()
+        self._read_paused = False
+
+    def started(self) -> None:
+        self.start(self._run())
+
+    def data(self, data: bytes, datatype: asyncssh.DataType) -> None:
+        self._queue(data)
+
+    def eof(self) -> bool:
+        self._queue(None)
+        return True  # half open: the terminal is still the process's output
+
+    def resized(self, size: PtySize) -> None:
+        self._queue(size)
+
+    def signal_named(self, name: str) -> None:
+        number = getattr(_signal, f"SIG{name}", None)
+        if isinstance(number, _signal.Signals):
+            self._queue(number)
+
+    def _queue(self, item: _Input) -> None:
+        self.input.put_nowait(item)
+        if self.input.qsize() >= INBOUND_HIGH_WATER and not self._read_paused:
+            self._read_paused = True
+            self.chan.pause_reading()
+
+    async def _run(self) -> None:
+        chan, processes = self.chan, self.processes
+        try:
+            info = await processes.start(
+                self.command,
+                self.server.ops.root,
+                env={"TERM": self.term} if self.term else None,
+                pty=self.size,
+            )
+        except OpsError as exc:
+            chan.write_stderr(f"opsbroker: {exc}\r\n".encode())
+            chan.exit(1)
+            self.task = None
+            return
+        self.id = info.id
+        feeder = asyncio.ensure_future(self._feed(info.id))
+        try:
+            async for output in processes.attach(info.id):
+                if output.data:
+                    chan.write(output.data)
+                    await self.drain()
+            final = await processes.wait(info.id)
+        except BaseException:
+            await _finish(processes.kill(info.id))
+            raise
+        finally:
+            feeder.cancel()
+            self.task = None
+        if not chan.is_closing():
+            _report_end_of(chan, final)
+
+    async def _feed(self, id: str) -> None:
+        """Apply terminal input, resizes, signals and the end of input in the order they came."""
+        processes = self.processes
+        while True:
+            item = await self.input.get()
+            if self._read_paused and self.input.qsize() <= INBOUND_LOW_WATER:
+                self._read_paused = False
+                self.chan.resume_reading()
+            if isinstance(item, PtySize):
+                await self._quietly(processes.resize(id, item.cols, item.rows))
+            elif isinstance(item, _signal.Signals):
+                await self._quietly(processes.signal(id, item))
+            elif item is None:
+                await self._quietly(processes.close_stdin(id))
+            else:
+                await self._quietly(processes.write_stdin(id, item))
+
+    @staticmethod
+    async def _quietly(call: Coroutine[object, object, None]) -> None:
+        """Input to a process that has just ended is dropped, as a terminal would drop it."""
+        with contextlib.suppress(InvalidArgument):
+            await call
+
+
+def _report_end_of(chan: asyncssh.SSHServerChannel[bytes], info: ProcessInfo) -> None:
+    _report_end(chan, info.exit_code, info.kill_reason, info.signal)
+
+
+async def _finish(kill: Coroutine[object, object, ProcessInfo]) -> None:
+    """Run ``kill`` to the end even if the caller is cancelled again meanwhile."""
+    task = asyncio.ensure_future(kill)
+    task.add_done_callback(lambda t: t.cancelled() or t.exception())
+    with contextlib.suppress(asyncio.CancelledError, OpsError):
+        await asyncio.shield(task)
 
 
 class SftpChannel(_Kind):
@@ -419,6 +589,8 @@ class Channel(asyncssh.SSHServerSession[bytes]):
         self._server = server
         self._chan: asyncssh.SSHServerChannel[bytes] | None = None
         self._kind: _Kind | None = None
+        self._term = ""
+        self._size: PtySize | None = None  # set by a PTY request
 
     def connection_made(self, chan: asyncssh.SSHServerChannel[bytes]) -> None:
         self._chan = chan
@@ -427,15 +599,34 @@ class Channel(asyncssh.SSHServerSession[bytes]):
         self._kind = kind
         return True
 
-    def pty_requested(self, term_type: str, term_size: object, term_modes: object) -> bool:
-        return False
+    def pty_requested(
+        self, term_type: str, term_size: tuple[int, int, int, int], term_modes: object
+    ) -> bool:
+        """Accept a terminal; it is made when the shell or command starts. (The client's
+        terminal modes are not applied: the terminal starts in the kernel's defaults.)"""
+        self._term = term_type
+        self._size = _pty_size(term_size[0], term_size[1])
+        return True
+
+    def terminal_size_changed(self, width: int, height: int, pixwidth: int, pixheight: int) -> None:
+        size = _pty_size(width, height)
+        if isinstance(self._kind, PtyChannel):
+            self._kind.resized(size)
+        else:
+            self._size = size
 
     def shell_requested(self) -> bool:
         assert self._chan is not None
-        return self._become(RefusedShell(self._server, self._chan))
+        if self._size is None:
+            return self._become(RefusedShell(self._server, self._chan))
+        return self._become(PtyChannel(self._server, self._chan, None, self._term, self._size))
 
     def exec_requested(self, command: str) -> bool:
         assert self._chan is not None
+        if self._size is not None:
+            return self._become(
+                PtyChannel(self._server, self._chan, command, self._term, self._size)
+            )
         return self._become(CommandChannel(self._server, self._chan, command))
 
     def subsystem_requested(self, subsystem: str) -> bool:
@@ -458,7 +649,9 @@ class Channel(asyncssh.SSHServerSession[bytes]):
         return self._kind.eof() if self._kind is not None else True
 
     def signal_received(self, signal: str) -> None:
-        if self._kind is not None:
+        if isinstance(self._kind, PtyChannel):
+            self._kind.signal_named(signal)
+        elif self._kind is not None:
             self._kind.signal()
 
     def pause_writing(self) -> None:
@@ -473,3 +666,8 @@ class Channel(asyncssh.SSHServerSession[bytes]):
         self._server.sessions -= 1
         if self._kind is not None:
             self._kind.lost(exc)
+
+
+def _pty_size(width: int, height: int) -> PtySize:
+    """A client's terminal size in cells (0, "unknown", becomes the classic 80x24)."""
+    return PtySize(min(width, MAX_TERM_CELLS) or 80, min(height, MAX_TERM_CELLS) or 24)

@@ -6,7 +6,10 @@ One SSH connection carries any number of channels; each channel is one of:
   :mod:`opsbroker.v1.sshframe`, one call at a time per channel (a client opens more channels for more
   concurrent calls, and reuses a channel once its call is over);
 - a command (``ssh host 'make test'``): run through the backend's ``exec`` in the root, merged
-  output on stdout, the exit status returned; ``ssh host`` alone is refused with a message;
+  output on stdout, the exit status returned;
+- a terminal session (``ssh -t host [COMMAND]``; an interactive shell without a command): a
+  process started on a PTY through the backend's ``processes``, resized with the client's window;
+  ``ssh -T host`` (a shell without a terminal) is refused with a message;
 - the ``sftp`` subsystem, backed by the backend's confined file operations (:mod:`._sftp`).
 
 Authentication is by public key only, against an ``authorized_keys`` file; the principal of a
@@ -230,7 +233,7 @@ class SSHFrontend:
             encoding=None,
             window=CHANNEL_WINDOW,
             max_pktsize=CHANNEL_MAX_PACKET,
-            allow_pty=False,
+            allow_pty=True,
             x11_forwarding=False,
             agent_forwarding=False,
             line_editor=False,

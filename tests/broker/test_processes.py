@@ -157,7 +157,7 @@ async def test_pty_sigint_ends_the_foreground_sleep(broker: Broker) -> None:
     await asyncio.sleep(0.2)
     await broker.processes.signal(info.id, signal.SIGINT)
     done = await asyncio.wait_for(broker.processes.wait(info.id), 5)
-    assert done.state is ProcessState.EXITED and done.exit_code == 128 + signal.SIGINT
+    assert (done.state, done.exit_code, done.signal) == (ProcessState.EXITED, None, signal.SIGINT)
 
 
 async def test_resize_without_pty_and_bad_arguments(broker: Broker) -> None:
@@ -319,3 +319,13 @@ async def test_no_survivors(tmp_path: Path, name: str, ending: str) -> None:
     finally:
         await b.aclose()
         kill_pids(survivors(marker))
+
+
+async def test_exec_and_start_report_a_signal_by_one_rule(broker: Broker) -> None:
+    """A shell that a signal ends (not one the broker sent): ``exit_code`` ``None`` and the
+    signal, in ``exec``'s result and in a started process's record alike."""
+    result = await broker.exec("kill -TERM $$", broker.root, on_data=lambda _: None)
+    assert (result.exit_code, result.signal, result.kill_reason) == (None, signal.SIGTERM, None)
+    info = await broker.processes.start("kill -TERM $$", broker.root)
+    done = await asyncio.wait_for(broker.processes.wait(info.id), LIMIT_S)
+    assert (done.exit_code, done.signal, done.kill_reason) == (None, signal.SIGTERM, None)

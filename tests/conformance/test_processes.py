@@ -94,12 +94,20 @@ async def test_a_process_outlives_a_detached_attach_and_is_killed_whole(ws: Work
 
 
 async def test_a_signal_ends_a_process(ws: Workspace) -> None:
+    """The leader ended by a signal the caller sent: no exit status, the signal named (the rule
+    of ``ExecResult``), never a made-up ``128 + n``."""
     procs = processes(ws)
     info = await procs.start(SLEEP, ws.root)
     await procs.signal(info.id, signal.SIGTERM)
     async with asyncio.timeout(WAIT_S):
         end = await procs.wait(info.id)
-    assert end.state is not ProcessState.RUNNING
+    assert (end.state, end.exit_code, end.signal, end.kill_reason) == (
+        ProcessState.EXITED,
+        None,
+        signal.SIGTERM,
+        None,
+    )
+    assert (await procs.list_processes())[-1].signal == signal.SIGTERM
 
 
 async def test_bad_requests(ws: Workspace) -> None:

@@ -10,7 +10,7 @@ lifetime limits, tree tracking and the one kill path are the core's, unchanged.
   ``wait`` and send ``ExitEvent``. The id names the process for ``WriteStdin``/``SendSignal``/
   ``ResizeTTY`` while the stream is open, for its caller only.
 - ``Execute``: the same, collected into one reply (at most :data:`MAX_EXECUTE_OUTPUT` bytes).
-- The exit code is the leader's (``128 + n`` when signal ``n`` ended it); ``-1`` when the broker
+- The exit code is the leader's (``128 + n`` when signal ``n`` ended it: ``ProcessInfo.signal``); ``-1`` when the broker
   killed the tree (timeout, idle timeout, shutdown), as sandboxd reports a killed command.
 
 **Cancellation:** a client that cancels, passes its deadline or disappears gets its handler task
@@ -83,9 +83,12 @@ class _Running:
 
 
 def exit_code(info: ProcessInfo) -> int:
-    """The ``exit_code`` a finished process reports on the wire."""
+    """The ``exit_code`` a finished process reports on the wire (``128 + n`` for a signal, as
+    sandboxd reports it)."""
     if info.state is ProcessState.EXITED and info.exit_code is not None:
         return info.exit_code
+    if info.state is ProcessState.EXITED and info.signal is not None:
+        return 128 + info.signal
     return KILLED_EXIT_CODE
 
 

@@ -234,12 +234,14 @@ class AbortRunRequest(_message.Message):
     def __init__(self, abort_id: _Optional[str] = ...) -> None: ...
 
 class ExecExit(_message.Message):
-    __slots__ = ("exit_code", "kill_reason")
+    __slots__ = ("exit_code", "kill_reason", "signal")
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
     KILL_REASON_FIELD_NUMBER: _ClassVar[int]
+    SIGNAL_FIELD_NUMBER: _ClassVar[int]
     exit_code: int
     kill_reason: KillReason
-    def __init__(self, exit_code: _Optional[int] = ..., kill_reason: _Optional[_Union[KillReason, str]] = ...) -> None: ...
+    signal: int
+    def __init__(self, exit_code: _Optional[int] = ..., kill_reason: _Optional[_Union[KillReason, str]] = ..., signal: _Optional[int] = ...) -> None: ...
 
 class ExecEvent(_message.Message):
     __slots__ = ("output", "exit")
@@ -321,7 +323,7 @@ class ResizeProcessRequest(_message.Message):
     def __init__(self, id: _Optional[str] = ..., cols: _Optional[int] = ..., rows: _Optional[int] = ...) -> None: ...
 
 class ProcessInfo(_message.Message):
-    __slots__ = ("id", "command", "cwd", "state", "started_at", "pty", "exit_code", "kill_reason", "bytes_out")
+    __slots__ = ("id", "command", "cwd", "state", "started_at", "pty", "exit_code", "kill_reason", "bytes_out", "signal")
     ID_FIELD_NUMBER: _ClassVar[int]
     COMMAND_FIELD_NUMBER: _ClassVar[int]
     CWD_FIELD_NUMBER: _ClassVar[int]
@@ -331,6 +333,7 @@ class ProcessInfo(_message.Message):
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
     KILL_REASON_FIELD_NUMBER: _ClassVar[int]
     BYTES_OUT_FIELD_NUMBER: _ClassVar[int]
+    SIGNAL_FIELD_NUMBER: _ClassVar[int]
     id: str
     command: str
     cwd: str
@@ -340,7 +343,8 @@ class ProcessInfo(_message.Message):
     exit_code: int
     kill_reason: KillReason
     bytes_out: int
-    def __init__(self, id: _Optional[str] = ..., command: _Optional[str] = ..., cwd: _Optional[str] = ..., state: _Optional[_Union[ProcessState, str]] = ..., started_at: _Optional[float] = ..., pty: _Optional[_Union[PtySize, _Mapping]] = ..., exit_code: _Optional[int] = ..., kill_reason: _Optional[_Union[KillReason, str]] = ..., bytes_out: _Optional[int] = ...) -> None: ...
+    signal: int
+    def __init__(self, id: _Optional[str] = ..., command: _Optional[str] = ..., cwd: _Optional[str] = ..., state: _Optional[_Union[ProcessState, str]] = ..., started_at: _Optional[float] = ..., pty: _Optional[_Union[PtySize, _Mapping]] = ..., exit_code: _Optional[int] = ..., kill_reason: _Optional[_Union[KillReason, str]] = ..., bytes_out: _Optional[int] = ..., signal: _Optional[int] = ...) -> None: ...
 
 class ProcessList(_message.Message):
     __slots__ = ("processes",)

@@ -189,13 +189,18 @@ def match_from_wire(match: pb.SearchMatch) -> SearchMatch:
 
 def exit_to_wire(result: ExecResult) -> pb.ExecExit:
     return pb.ExecExit(
-        exit_code=result.exit_code, kill_reason=kill_reason_to_wire(result.kill_reason)
+        exit_code=result.exit_code,
+        kill_reason=kill_reason_to_wire(result.kill_reason),
+        signal=result.signal,
     )
 
 
 def exit_from_wire(end: pb.ExecExit) -> ExecResult:
     code = end.exit_code if end.HasField("exit_code") else None
-    return ExecResult(exit_code=code, kill_reason=kill_reason_from_wire(end.kill_reason))
+    signal = end.signal if end.HasField("signal") else None
+    return ExecResult(
+        exit_code=code, kill_reason=kill_reason_from_wire(end.kill_reason), signal=signal
+    )
 
 
 _STATE_TO_WIRE: dict[ProcessState, pb.ProcessState] = {
@@ -224,6 +229,7 @@ def process_to_wire(info: ProcessInfo) -> pb.ProcessInfo:
         exit_code=info.exit_code,
         kill_reason=kill_reason_to_wire(info.kill_reason),
         bytes_out=info.bytes_out,
+        signal=info.signal,
     )
     if info.pty is not None:
         wire.pty.CopyFrom(pty_to_wire(info.pty))
@@ -241,6 +247,7 @@ def process_from_wire(wire: pb.ProcessInfo) -> ProcessInfo:
         exit_code=wire.exit_code if wire.HasField("exit_code") else None,
         kill_reason=kill_reason_from_wire(wire.kill_reason),
         bytes_out=wire.bytes_out,
+        signal=wire.signal if wire.HasField("signal") else None,
     )
 
 
