@@ -64,7 +64,7 @@ async def test_attach_replays_from_any_offset(ws: Workspace) -> None:
 async def test_stdin_round_trips_through_cat(ws: Workspace) -> None:
     procs = processes(ws)
     info = await procs.start("cat", ws.root)
-    data = bytes(range(256)) * 4096  # 1 MiB
+    data = bytes(range(256)) * 4096 * 10  # 10 MiB
     reader = asyncio.create_task(output_of(procs, info.id))
     for start in range(0, len(data), 65536):
         await procs.write_stdin(info.id, data[start : start + 65536])
@@ -108,6 +108,18 @@ async def test_a_signal_ends_a_process(ws: Workspace) -> None:
         None,
     )
     assert (await procs.list_processes())[-1].signal == signal.SIGTERM
+
+
+@pytest.mark.parametrize("limit", ["timeout", "idle_timeout"])
+async def test_a_timeout_kills_the_process(ws: Workspace, limit: str) -> None:
+    """A lifetime or an idle timeout ends the process with that kill reason, and no exit code."""
+    procs = processes(ws)
+    info = await procs.start(START_THEN_SLEEP, ws.root, **{limit: 0.5})  # type: ignore[arg-type]
+    async with asyncio.timeout(WAIT_S):
+        end = await procs.wait(info.id)
+    want = KillReason.TIMEOUT if limit == "timeout" else KillReason.IDLE_TIMEOUT
+    assert (end.state, end.kill_reason, end.exit_code) == (ProcessState.KILLED, want, None)
+    assert await output_of(procs, info.id) == b"start\n"  # what it wrote is kept
 
 
 async def test_bad_requests(ws: Workspace) -> None:
