@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -49,7 +50,7 @@ async def test_exit_code_and_merged_output(manager: ProcessManager) -> None:
 
 async def test_signal_death_not_caused_by_broker_has_no_exit_code(manager: ProcessManager) -> None:
     result, _ = await run(manager, "kill -KILL $$")
-    assert result == ExecResult(None)  # the reference's 0.85.0 null exit code, no kill reason
+    assert result == ExecResult(None, signal=signal.SIGKILL)  # null exit code, the signal named
 
 
 async def test_environment_is_exactly_the_callers_plus_cookie(manager: ProcessManager) -> None:

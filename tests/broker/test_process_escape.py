@@ -7,6 +7,7 @@ scanning ``/proc`` for an environment marker, never from the manager's own bookk
 from __future__ import annotations
 
 import random
+import signal
 import time
 from dataclasses import dataclass
 
@@ -78,7 +79,13 @@ CASES = [
         0.8 + TEST_KILL_GRACE_S,
     ),
     Case("cat_sees_eof", "cat; echo rc=$?", 5.0, ExecResult(0), 0.5),
-    Case("kill_own_group", "sleep 1000 & kill -9 0", 5.0, ExecResult(None), 0.5),
+    Case(
+        "kill_own_group",
+        "sleep 1000 & kill -9 0",
+        5.0,
+        ExecResult(None, signal=signal.SIGKILL),
+        0.5,
+    ),
     Case(
         "stop_own_group",
         "sleep 1000 & kill -STOP 0",

@@ -121,7 +121,7 @@ async def test_commands_cannot_signal_each_other(mode: str) -> None:
         assert result == ExecResult(0)
         assert b"".join(out).endswith(b"rc=1\n" if scoped else b"rc=0\n")
         if not scoped:  # the victim was SIGKILLed by the other command
-            assert await asyncio.wait_for(victim, 10) == ExecResult(None)
+            assert await asyncio.wait_for(victim, 10) == ExecResult(None, signal=signal.SIGKILL)
     finally:
         await pm.aclose()
     if scoped:  # untouched, until the shutdown
