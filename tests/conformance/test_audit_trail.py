@@ -56,6 +56,18 @@ async def test_mkdir_of_an_existing_directory_is_not_a_write(ws: Workspace) -> N
     ]
 
 
+async def test_a_refused_read_is_one_deny_line(ws: Workspace) -> None:
+    """The read tool asked ``access`` twice for the same path: two denies for one attempt."""
+    ws.write_raw(".env", b"TOKEN=1\n")
+    guard, audit = guarded(ws, Policy())
+    text = await call(guard, "read", {"path": ".env"})
+    assert (
+        text == f"POLICY_DENIED: denied by policy (deny_read: **/.env), access {ws.path('.env')!r}"
+    )
+    [deny] = denies(audit)
+    assert (deny["path"], deny["resolved"]) == (ws.path(".env"), ".env")
+
+
 @pytest.mark.parametrize("cwd", ["../..", "/etc"])
 async def test_an_exec_cwd_escape_is_refused_and_audited(ws: Workspace, cwd: str) -> None:
     guard, audit = guarded(ws, Policy())
