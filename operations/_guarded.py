@@ -344,7 +344,16 @@ class GuardedBackend:
             await self._ops.write_chunks(path, counted(), gate=entry.gate)
 
     async def mkdir(self, path: str) -> None:
+        """``mkdir -p``: an existing directory changes nothing, so it is no write decision (a
+        ``write`` under ``read_only`` is then refused on its own file, not on its parent)."""
         async with self._audited("mkdir", path) as entry:
+            try:
+                if await self._ops.is_directory(path, gate=entry.gate):
+                    return
+            except REFUSALS:
+                raise
+            except OpsError:
+                pass  # missing, or not a directory: mkdir says which, in its own words
             await self._ops.mkdir(path, gate=entry.gate)
 
     async def remove(self, path: str, *, recursive: bool = False) -> None:

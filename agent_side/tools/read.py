@@ -59,13 +59,6 @@ def create_read_tool_definition(
     """The ``read`` tool over ``operations`` (``read_file``, ``access``), paths against ``cwd``."""
     ws = Workspace(cwd, operations, home)
 
-    async def exists(path: str) -> bool:
-        try:
-            await ws.ops.access(path)
-        except OpsError:
-            return False
-        return True
-
     async def execute(
         tool_call_id: str,
         params: ReadParams,
@@ -73,14 +66,26 @@ def create_read_tool_definition(
         on_update: AgentToolUpdateCallback[Any] | None,
         ctx: ToolContext | None,
     ) -> AgentToolResult[Any]:
+        # One ``access`` per path: the answer found while choosing the path is the answer
+        # (asking again would be a second decision, and a second audit line, for one read).
+        checked: dict[str, OpsError | None] = {}
+
+        async def exists(path: str) -> bool:
+            try:
+                await ws.ops.access(path)
+            except OpsError as exc:
+                checked[path] = exc
+                return False
+            checked[path] = None
+            return True
+
         async with abortable(signal):
             path = await resolve_read_path(
                 params.path, ws.cwd_for(ctx), home=ws.home, exists=exists
             )
-            try:
-                await ws.ops.access(path)
-            except OpsError as exc:
-                raise ToolError(describe_error(exc, "access", path)) from None
+            error = checked.get(path)  # resolve_read_path returns a path it asked about
+            if error is not None:
+                raise ToolError(describe_error(error, "access", path)) from None
             try:
                 data: bytes = await ws.ops.read_file(path)
             except IsADirectory as exc:  # Node opens it, then fails the read itself
