@@ -688,7 +688,8 @@ def cost_growth() -> None:
             )
         print(
             f"cost_growth: broker RSS per idle gRPC connection {per_connection / 1024:.0f} KiB "
-            f"({IDLE_CONNECTIONS} connections)",
+            f"({IDLE_CONNECTIONS} channels; grpc may share one TCP connection among the channels of "
+            "one client process, so this is a lower bound)",
             flush=True,
         )
 
