@@ -13,6 +13,12 @@ the tree is empty.
 
 Limits (``pids.max``, memory) use the v2 controllers when the tree delegates them, else the v1
 ``pids`` and ``memory`` hierarchies of a hybrid host (groups of the same name there).
+
+A finished command's groups are kept for the next command with the same limits (at most
+:data:`POOL_MAX` of them): the kernel charges the first process created in a fresh group far more
+than one created in a group used before, and that cost is paid while the broker's event loop
+waits for the spawn (``scripts/bench.py spawn_cgroup`` measures both). A group is reused only
+when it is empty: no member in v2 and, for a v1 ``pids`` group, nothing still charged to it.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import re
 import secrets
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ._proctree import owner_gone, owner_id
@@ -35,6 +42,9 @@ log = logging.getLogger(__name__)
 
 RMDIR_RETRY_S = 0.5
 """How long to retry removing a group that the kernel still reports busy just after its last exit."""
+
+POOL_MAX = 64
+"""Empty command groups kept for reuse; more than this many finished at once are removed."""
 
 PURGE_WAIT_S = 2.0
 """How long a purge waits for the processes it killed to be gone before removing their groups."""
@@ -153,6 +163,10 @@ class CommandCgroup:
     path: str
     rel: str
     limit_paths: list[str] = field(default_factory=list)
+    limits: tuple[int | None, int | None] = (None, None)
+    """The ``(pids_max, memory_max)`` it was made with: a pooled group serves the same again."""
+    recycle: Callable[[CommandCgroup], bool] | None = None
+    """Takes the group back for reuse (returns whether it did); set by its :class:`CgroupTree`."""
 
     def pids(self) -> list[int]:
         try:
@@ -182,6 +196,26 @@ class CommandCgroup:
         for group in (self.path, *self.limit_paths):
             _remove(group)
 
+    def release(self) -> None:
+        """Hand the finished command's groups back to their tree for reuse, else remove them."""
+        if self.recycle is None or not self.recycle(self):
+            self.remove()
+
+    def reusable(self) -> bool:
+        """Whether nothing is left in the groups: no v2 member, no v1 ``pids`` charge."""
+        if self.populated():
+            return False
+        for group in self.limit_paths:
+            try:
+                current = _read(os.path.join(group, "pids.current"))
+            except FileNotFoundError:
+                continue  # a memory group
+            except OSError:
+                return False
+            if current.strip() != "0":
+                return False
+        return True
+
 
 class CgroupTree:
     """The manager's own cgroup v2 group, under which each command gets a child group.
@@ -196,6 +230,8 @@ class CgroupTree:
         self._v2_controllers = v2_controllers
         self._v1_groups = v1_groups
         self._counter = 0
+        self._pool: dict[tuple[int | None, int | None], list[CommandCgroup]] = {}
+        self._pooled = 0
         # A manager that is never closed still kills its commands and removes its groups.
         self._at_exit = weakref.finalize(
             self, _purge_at_exit, os.getpid(), path, list(v1_groups.values())
@@ -277,10 +313,21 @@ class CgroupTree:
         return self._v2_controllers | set(self._v1_groups)
 
     def new_command(self, *, pids_max: int | None, memory_max: int | None) -> CommandCgroup:
-        """Create the groups for one command and apply the limits that are available."""
+        """The groups for one command with the limits that are available: an empty pooled group
+        made with the same limits, else new ones."""
+        limits = (pids_max, memory_max)
+        idle = self._pool.get(limits)
+        if idle:
+            self._pooled -= 1
+            return idle.pop()
         self._counter += 1
         name = f"cmd-{self._counter}"
-        cmd = CommandCgroup(os.path.join(self.path, name), os.path.join(self.rel, name))
+        cmd = CommandCgroup(
+            os.path.join(self.path, name),
+            os.path.join(self.rel, name),
+            limits=limits,
+            recycle=self._recycle,
+        )
         os.mkdir(cmd.path)
         try:
             wanted = {"pids": pids_max, "memory": memory_max}
@@ -301,8 +348,21 @@ class CgroupTree:
             raise
         return cmd
 
+    def _recycle(self, cmd: CommandCgroup) -> bool:
+        if self._at_exit.alive is False or self._pooled >= POOL_MAX or not cmd.reusable():
+            return False
+        self._pool.setdefault(cmd.limits, []).append(cmd)
+        self._pooled += 1
+        return True
+
     def remove(self) -> None:
-        """Remove the manager's groups (every command group must be gone already)."""
+        """Remove the manager's groups (every command's groups must be released already)."""
+        pooled = [cmd for idle in self._pool.values() for cmd in idle]
+        self._pool.clear()
+        self._pooled = 0
+        for cmd in pooled:
+            with contextlib.suppress(OSError):
+                cmd.remove()
         self._at_exit.detach()
         for group in (self.path, *self._v1_groups.values()):
             with contextlib.suppress(OSError):

@@ -132,7 +132,7 @@ class CgroupCommandTree:
             await self._adopted.reap()
         finally:
             try:
-                self.group.remove()
+                self.group.release()
             except OSError as e:
                 log.warning("exec: could not remove cgroup %s: %s", self.group.path, e)
 

@@ -39,6 +39,13 @@ OPENSSH_CALLS = 40  # per-call samples through an ssh client process (each forks
 BIG = 64 * 1024 * 1024  # throughput file size
 SSHD = "/usr/sbin/sshd"
 START_TIMEOUT_S = 30.0  # a broker or sshd that is not up by then is a failure
+BENCH_POLICY = """\
+max_read_bytes = 134217728
+max_write_bytes = 134217728
+[exec]
+max_output_bytes = 134217728
+"""
+"""Limits above the 64 MiB workloads (the defaults refuse them, as they should for an agent)."""
 
 
 def benchmark(fn: Callable[[], None]) -> Callable[[], None]:
@@ -56,6 +63,10 @@ class Rig:
     grpc_backend: Backend
     openssh: list[str]  # ``ssh -S ctl ... host`` prefix; None-equivalent is [] without sshd
     sftp: list[str]
+    broker_pid: int = 0
+    sshd_port: int = 0  # 0 when no sshd could start
+    grpc_url: str = ""
+    token: str = ""
 
 
 def _free_port() -> int:
@@ -71,7 +82,7 @@ async def _start_broker(tmp: Path, root: Path) -> tuple[asyncio.subprocess.Proce
         sys.executable, "-m", "opsbroker", "serve", "--root", str(root),
         "--grpc", "127.0.0.1:0", "--ssh", "127.0.0.1:0", "--quiet",
         "--token-file", str(tmp / "tokens"), "--ssh-authorized-keys", str(keys / "authorized_keys"),
-        "--ssh-host-key", str(keys / "broker_host_key"),
+        "--ssh-host-key", str(keys / "broker_host_key"), "--policy", str(tmp / "policy.toml"),
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
     )  # fmt: skip
     assert proc.stdout is not None
@@ -92,12 +103,13 @@ def _openssh_options(keys: Path, known_hosts: Path) -> list[str]:
     return [
         "-F", "/dev/null", "-i", str(keys / "client"), "-o", "IdentitiesOnly=yes",
         "-o", f"UserKnownHostsFile={known_hosts}", "-o", "StrictHostKeyChecking=yes",
-        "-o", "BatchMode=yes", "-o", "LogLevel=ERROR",
+        "-o", "BatchMode=yes", "-o", "LogLevel=ERROR", "-o", "SetEnv=SHLVL=1",
     ]  # fmt: skip
 
 
-def _start_sshd(tmp: Path, keys: Path) -> tuple[subprocess.Popen[bytes], list[str], list[str]]:
-    """sshd on loopback and a ControlMaster connection to it: (sshd, ssh prefix, sftp prefix)."""
+def _start_sshd(tmp: Path, keys: Path) -> tuple[subprocess.Popen[bytes], list[str], list[str], int]:
+    """sshd on loopback and a ControlMaster connection to it: (sshd, ssh prefix, sftp prefix,
+    port)."""
     port = _free_port()
     host_key = keys / "sshd_host_key"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(host_key)], check=True)
@@ -107,6 +119,9 @@ def _start_sshd(tmp: Path, keys: Path) -> tuple[subprocess.Popen[bytes], list[st
         f"AuthorizedKeysFile {keys / 'authorized_keys'}\nPasswordAuthentication no\n"
         "KbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\nStrictModes no\n"
         f"UsePAM no\nPidFile {tmp / 'sshd.pid'}\nSubsystem sftp internal-sftp\nLogLevel ERROR\n"
+        # The client sends SHLVL=1, so bash started by sshd does not read the user's .bashrc
+        # (bash reads it only for SHLVL < 2): shell start-up is the same as the broker's.
+        "AcceptEnv SHLVL\nMaxSessions 64\nMaxStartups 64\n"
     )
     os.makedirs("/run/sshd", exist_ok=True)
     sshd = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stderr=subprocess.DEVNULL)
@@ -126,10 +141,12 @@ def _start_sshd(tmp: Path, keys: Path) -> tuple[subprocess.Popen[bytes], list[st
             break
         time.sleep(0.2)
     if master.returncode != 0:
+        sshd.terminate()
+        sshd.wait(10)
         raise RuntimeError(f"no ControlMaster connection to sshd: {master.stderr.decode()}")
     ssh = ["ssh", *options, "-p", str(port), "-S", str(control), *target]
     sftp = ["sftp", *options, "-P", str(port), "-o", f"ControlPath={control}", *target]
-    return sshd, ssh, sftp
+    return sshd, ssh, sftp, port
 
 
 @contextlib.asynccontextmanager
@@ -139,6 +156,7 @@ async def _rig() -> AsyncIterator[Rig]:
     root.mkdir()
     (root / "file4k").write_bytes(os.urandom(4096))
     (root / "big").write_bytes(os.urandom(BIG))
+    (tmp / "policy.toml").write_text(BENCH_POLICY)
     keys = tmp / "keys"
     keys.mkdir()
     client = asyncssh.generate_private_key("ssh-ed25519", comment="bench")
@@ -165,12 +183,22 @@ async def _rig() -> AsyncIterator[Rig]:
         grpc_backend = await stack.enter_async_context(connect(f"grpc://{grpc_addr}", token=token))
         openssh: list[str] = []
         sftp: list[str] = []
-        if os.path.exists(SSHD) and shutil.which("ssh"):  # noqa: ASYNC240 (set-up, not measured)
-            sshd, openssh, sftp = _start_sshd(tmp, keys)
-        yield Rig(tmp, root, ssh_backend, grpc_backend, openssh, sftp)
+        sshd_port = 0
+        if not (os.path.exists(SSHD) and shutil.which("ssh")):  # noqa: ASYNC240 (set-up)
+            print(f"peer OpenSSH: cannot start, {SSHD} or ssh is not installed", flush=True)
+        else:
+            try:
+                sshd, openssh, sftp, sshd_port = _start_sshd(tmp, keys)
+            except (OSError, RuntimeError, subprocess.SubprocessError) as e:
+                print(f"peer OpenSSH: cannot start ({e}); its figures are left out", flush=True)
+        yield Rig(
+            tmp, root, ssh_backend, grpc_backend, openssh, sftp,
+            broker_pid=broker.pid, sshd_port=sshd_port, grpc_url=f"grpc://{grpc_addr}",
+            token=token,
+        )  # fmt: skip
     finally:
         await stack.aclose()
-        if sshd is not None:
+        if sshd is not None and openssh:
             subprocess.run([*openssh[:-1], "-O", "exit", openssh[-1]], capture_output=True)  # noqa: ASYNC221
             sshd.terminate()
             sshd.wait(10)
@@ -313,6 +341,368 @@ def ssh_throughput_64m() -> None:
             return "; ".join(parts)
 
     print("ssh_throughput_64m:", asyncio.run(run()))
+
+
+# --- ours beside the peers, one run: every workload over both transports -------------------------
+
+CONCURRENCY = 16  # commands in flight at once in the concurrent workload
+CONCURRENT_ROUNDS = 10  # commands per in-flight slot
+BIG_ROUNDS = 2  # 64 MiB transfers per figure (the best is kept)
+ECHO_CHUNK = 64 * 1024
+
+Timing = Callable[[], Awaitable[float]]
+"""Seconds per operation for one workload on one client (lower is better)."""
+
+
+async def _per_call(call: Callable[[], Awaitable[object]], rounds: int = CALLS) -> float:
+    return await _median_call(call, rounds)
+
+
+async def _concurrent(call: Callable[[], Awaitable[object]]) -> float:
+    """Seconds per command with :data:`CONCURRENCY` of them in flight (1 / throughput)."""
+    await call()
+
+    async def slot() -> None:
+        for _ in range(CONCURRENT_ROUNDS):
+            await call()
+
+    start = time.perf_counter()
+    await asyncio.gather(*(slot() for _ in range(CONCURRENCY)))
+    return (time.perf_counter() - start) / (CONCURRENCY * CONCURRENT_ROUNDS)
+
+
+async def _best_once(call: Callable[[], Awaitable[object]]) -> float:
+    best = float("inf")
+    for _ in range(BIG_ROUNDS):
+        start = time.perf_counter()
+        await call()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+async def _process(argv: list[str], stdin: bytes | None = None) -> None:
+    proc = await asyncio.create_subprocess_exec(
+        *argv,
+        stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+    )
+    await proc.communicate(stdin)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{argv[-1][:40]!r} exited with {proc.returncode}")
+
+
+def _backend_workloads(backend: Backend, root: Path) -> dict[str, Timing]:
+    big, small, data4k = str(root / "big"), str(root / "file4k"), os.urandom(4096)
+    data = (root / "big").read_bytes()
+    counted = 0
+
+    def count(chunk: bytes) -> None:
+        nonlocal counted
+        counted += len(chunk)
+
+    async def output() -> None:
+        nonlocal counted
+        counted = 0
+        await backend.exec(f"head -c {BIG} /dev/zero", str(root), on_data=count)
+        assert counted == BIG, counted
+
+    def true() -> Awaitable[object]:
+        return backend.exec("true", str(root), on_data=lambda _: None)
+
+    return {
+        "exec true": lambda: _per_call(true),
+        f"{CONCURRENCY} concurrent exec true": lambda: _concurrent(true),
+        "read 4 KiB": lambda: _per_call(lambda: backend.read_file(small)),
+        "write 4 KiB": lambda: _per_call(lambda: backend.write_file(str(root / "w4k"), data4k)),
+        "read 64 MiB": lambda: _best_once(lambda: backend.read_file(big)),
+        "write 64 MiB": lambda: _best_once(lambda: backend.write_file(str(root / "w64"), data)),
+        "64 MiB command output": lambda: _best_once(output),
+    }
+
+
+def _asyncssh_workloads(
+    conn: asyncssh.SSHClientConnection, sftp: asyncssh.SFTPClient, root: Path
+) -> dict[str, Timing]:
+    big, small, data4k = str(root / "big"), str(root / "file4k"), os.urandom(4096)
+    data = (root / "big").read_bytes()
+
+    async def true() -> None:
+        await conn.run("true", check=True)
+
+    async def read(path: str) -> None:
+        async with sftp.open(path, "rb") as f:
+            await f.read()
+
+    async def write(path: str, content: bytes) -> None:
+        async with sftp.open(path, "wb") as f:
+            await f.write(content)
+
+    async def output() -> None:
+        result = await conn.run(f"head -c {BIG} /dev/zero", encoding=None, check=True)
+        assert len(result.stdout or b"") == BIG
+
+    return {
+        "exec true": lambda: _per_call(true),
+        f"{CONCURRENCY} concurrent exec true": lambda: _concurrent(true),
+        "read 4 KiB": lambda: _per_call(lambda: read(small)),
+        "write 4 KiB": lambda: _per_call(lambda: write(str(root / "a4k"), data4k)),
+        "read 64 MiB": lambda: _best_once(lambda: read(big)),
+        "write 64 MiB": lambda: _best_once(lambda: write(str(root / "a64"), data)),
+        "64 MiB command output": lambda: _best_once(output),
+    }
+
+
+def _openssh_workloads(ssh: list[str], root: Path) -> dict[str, Timing]:
+    big, small, data4k = root / "big", root / "file4k", os.urandom(4096)
+    data = big.read_bytes()
+
+    def true() -> Awaitable[None]:
+        return _process([*ssh, "true"])
+
+    return {
+        "exec true": lambda: _per_call(true, OPENSSH_CALLS),
+        f"{CONCURRENCY} concurrent exec true": lambda: _concurrent(true),
+        "read 4 KiB": lambda: _per_call(lambda: _process([*ssh, f"cat {small}"]), OPENSSH_CALLS),
+        "write 4 KiB": lambda: _per_call(
+            lambda: _process([*ssh, f"cat > {root / 'o4k'}"], data4k), OPENSSH_CALLS
+        ),
+        "read 64 MiB": lambda: _best_once(lambda: _process([*ssh, f"cat {big}"])),
+        "write 64 MiB": lambda: _best_once(lambda: _process([*ssh, f"cat > {root / 'o64'}"], data)),
+        "64 MiB command output": lambda: _best_once(
+            lambda: _process([*ssh, f"head -c {BIG} /dev/zero"])
+        ),
+    }
+
+
+def _local_workloads() -> dict[str, Timing]:
+    def true() -> Awaitable[None]:
+        return _process(["bash", "-c", "true"])
+
+    return {
+        "exec true": lambda: _per_call(true),
+        f"{CONCURRENCY} concurrent exec true": lambda: _concurrent(true),
+    }
+
+
+async def _echo_floor() -> tuple[float, float]:
+    """A plain grpc.aio server on loopback: (unary echo round trip s, 64 MiB stream s)."""
+    import grpc
+    import grpc.aio
+
+    async def echo(request: bytes, context: object) -> bytes:
+        return request
+
+    async def stream(request: bytes, context: object) -> AsyncIterator[bytes]:
+        payload = os.urandom(ECHO_CHUNK)
+        for _ in range(int(request)):
+            yield payload
+
+    handlers = {
+        "Echo": grpc.unary_unary_rpc_method_handler(echo),
+        "Stream": grpc.unary_stream_rpc_method_handler(stream),
+    }
+    server = grpc.aio.server()
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("bench.Echo", handlers),))
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            unary = channel.unary_unary("/bench.Echo/Echo")
+            streamed = channel.unary_stream("/bench.Echo/Stream")
+
+            async def read_all() -> None:
+                async for _ in streamed(str(BIG // ECHO_CHUNK).encode()):
+                    pass
+
+            rtt = await _per_call(lambda: unary(b"x" * 64))
+            return rtt, await _best_once(read_all)
+    finally:
+        await server.stop(None)
+
+
+async def _measure(name: str, workloads: Callable[[], dict[str, Timing]]) -> dict[str, float]:
+    """Every workload of one client; a client that cannot run says so and yields nothing."""
+    try:
+        figures = {}
+        for workload, timing in workloads().items():
+            figures[workload] = await timing()
+        return figures
+    except (OSError, RuntimeError, asyncssh.Error, AssertionError) as e:
+        print(f"peer {name}: cannot run ({type(e).__name__}: {e}); left out", flush=True)
+        return {}
+
+
+def _fmt(workload: str, seconds: float) -> str:
+    if "64 MiB" in workload:
+        return f"{BIG / seconds / 1e6:.0f} MB/s"
+    if "concurrent" in workload:
+        return f"{1 / seconds:.0f}/s"
+    return _ms(seconds)
+
+
+@benchmark
+def peers() -> None:
+    """Every workload over gRPC and SSH beside asyncssh (one connection: exec channels and one
+    SFTP session) and OpenSSH (ControlMaster) on a private sshd, and local ``bash -c true``.
+
+    Each line: our figure, each peer's, and the ratio of our time to the best peer's (below 1 is
+    ahead; the goal is 0.9 or less). Then gRPC against the raw grpc.aio floor and exec against
+    local bash.
+    """
+
+    async def run() -> None:
+        async with _rig() as rig:
+            ours = {
+                "gRPC": await _measure("gRPC", lambda: _backend_workloads(rig.grpc_backend, rig.root)),
+                "SSH": await _measure("SSH", lambda: _backend_workloads(rig.ssh_backend, rig.root)),
+            }  # fmt: skip
+            peers: dict[str, dict[str, float]] = {}
+            if rig.sshd_port:
+                keys = rig.tmp / "keys"
+                try:
+                    conn = await asyncssh.connect(
+                        "127.0.0.1", rig.sshd_port, username=os.environ.get("USER") or "root",
+                        client_keys=[str(keys / "client")],
+                        known_hosts=str(rig.tmp / "sshd_known_hosts"), env={"SHLVL": "1"},
+                    )  # fmt: skip
+                except (OSError, asyncssh.Error) as e:
+                    print(f"peer asyncssh: cannot connect ({e}); left out", flush=True)
+                else:
+                    async with conn, conn.start_sftp_client() as sftp:
+                        peers["asyncssh"] = await _measure(
+                            "asyncssh", lambda: _asyncssh_workloads(conn, sftp, rig.root)
+                        )
+                peers["OpenSSH mux"] = await _measure(
+                    "OpenSSH mux", lambda: _openssh_workloads(rig.openssh, rig.root)
+                )
+            local = await _measure("local bash", _local_workloads)
+            rtt, stream = await _echo_floor()
+        for workload in ours["gRPC"]:
+            theirs = {n: f[workload] for n, f in peers.items() if workload in f}
+            best = min(theirs, key=theirs.__getitem__) if theirs else None
+            for transport, figures in ours.items():
+                if workload not in figures:
+                    continue
+                mine = figures[workload]
+                parts = [f"{n} {_fmt(workload, t)}" for n, t in theirs.items()]
+                ratio = (
+                    f" = {mine / theirs[best]:.2f}x of {best}'s time" if best else ", no peer ran"
+                )
+                print(
+                    f"peers {workload} [{transport}]: ours {_fmt(workload, mine)}; "
+                    + ", ".join(parts) + ratio, flush=True,
+                )  # fmt: skip
+        for transport, figures in ours.items():
+            for workload, floor in local.items():
+                if workload in figures:
+                    print(
+                        f"peers {workload} [{transport}] vs local bash -c true: ours "
+                        f"{_fmt(workload, figures[workload])}, local {_fmt(workload, floor)} = "
+                        f"{floor / figures[workload]:.0%} of local (goal >= 80% concurrent)",
+                        flush=True,
+                    )
+        grpc = ours["gRPC"]
+        if grpc:
+            print(
+                f"peers gRPC floor: echo round trip {_ms(rtt)} (read 4 KiB "
+                f"{grpc['read 4 KiB'] / rtt:.2f}x of it, exec true {grpc['exec true'] / rtt:.2f}x); "
+                f"echo stream {_fmt('64 MiB', stream)}: read 64 MiB at "
+                f"{stream / grpc['read 64 MiB']:.0%}, command output at "
+                f"{stream / grpc['64 MiB command output']:.0%} of it (goal >= 70%)",
+                flush=True,
+            )
+
+    asyncio.run(run())
+
+
+# --- how cost grows ------------------------------------------------------------------------------
+
+RUNNING = (1, 16, 64, 256)  # commands already running when exec latency is measured
+IDLE_CONNECTIONS = 32  # extra connections opened to measure the broker's memory per connection
+GROWTH_CALLS = 50
+
+
+def _rss(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
+
+
+@benchmark
+def cost_growth() -> None:
+    """``exec true`` latency over gRPC and SSH with 1-256 commands already running in the broker,
+    and the broker's RSS per running command and per idle connection, as a table."""
+    from operations import AbortController
+
+    async def run() -> None:
+        async with _rig() as rig:
+            root, pid = str(rig.root), rig.broker_pid
+            rows = []
+            for n in RUNNING:
+                controllers = [AbortController() for _ in range(n)]
+                before = _rss(pid)
+                tasks = [
+                    asyncio.create_task(
+                        rig.grpc_backend.exec(
+                            "sleep 600", root, on_data=lambda _: None, signal=c.signal
+                        )
+                    )
+                    for c in controllers
+                ]
+                for _ in range(int(START_TIMEOUT_S / 0.05)):  # until every command runs
+                    if len(_children(pid)) >= n:
+                        break
+                    await asyncio.sleep(0.05)
+                per_command = (_rss(pid) - before) / n
+                cells = []
+                for backend in (rig.grpc_backend, rig.ssh_backend):
+                    cells.append(
+                        await _median_call(
+                            lambda b=backend: b.exec("true", root, on_data=lambda _: None),
+                            GROWTH_CALLS,
+                        )
+                    )
+                for c in controllers:
+                    c.abort()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                rows.append((n, *cells, per_command))
+            before = _rss(pid)
+            extra = []
+            try:
+                for _ in range(IDLE_CONNECTIONS):
+                    ops = await connect(rig.grpc_url, token=rig.token).open()  # type: ignore[attr-defined]
+                    extra.append(ops)
+                    await ops.exists(root)  # the connection is up and authenticated
+                await asyncio.sleep(0.5)
+                per_connection = (_rss(pid) - before) / IDLE_CONNECTIONS
+            finally:
+                for ops in extra:
+                    await ops.aclose()
+        print("cost_growth: exec true (median) with N commands already running", flush=True)
+        print("| running | gRPC | SSH | broker RSS per running command |")
+        print("|---:|---:|---:|---:|")
+        base = rows[0]
+        for n, grpc, ssh, per in rows:
+            print(
+                f"| {n} | {_ms(grpc)} ({grpc / base[1]:.2f}x) | {_ms(ssh)} ({ssh / base[2]:.2f}x)"
+                f" | {per / 1024:.0f} KiB |"
+            )
+        print(
+            f"cost_growth: broker RSS per idle gRPC connection {per_connection / 1024:.0f} KiB "
+            f"({IDLE_CONNECTIONS} channels; grpc may share one TCP connection among the channels of "
+            "one client process, so this is a lower bound)",
+            flush=True,
+        )
+
+    asyncio.run(run())
+
+
+def _children(pid: int) -> list[int]:
+    """The broker's direct children (the commands' shells)."""
+    found = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{task}/children") as f:
+            found += [int(p) for p in f.read().split()]
+    return found
 
 
 def main(argv: list[str]) -> int:

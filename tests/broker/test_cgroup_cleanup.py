@@ -122,3 +122,32 @@ def test_the_groups_of_a_live_manager_are_left_alone() -> None:
 def _mounts() -> list[str]:
     with open("/proc/self/mountinfo") as f:
         return [line.split()[4] for line in f if " - cgroup2 " in line]
+
+
+def test_an_empty_command_group_is_reused_and_an_occupied_one_is_not() -> None:
+    tree = CgroupTree.create()
+    assert tree is not None
+    try:
+        first = tree.new_command(pids_max=64, memory_max=None)
+        first.release()
+        assert os.path.isdir(first.path)  # pooled, not removed
+        again = tree.new_command(pids_max=64, memory_max=None)
+        assert again is first
+        other = tree.new_command(pids_max=None, memory_max=None)
+        assert other.path != first.path  # other limits: a group of its own
+        other.release()
+        child = subprocess.Popen(["sleep", "1000"], stdin=subprocess.DEVNULL)
+        try:
+            with open(os.path.join(again.path, "cgroup.procs"), "w") as f:
+                f.write(str(child.pid))
+            with pytest.raises(OSError):
+                again.release()  # occupied: not pooled, and not removable yet
+            fresh = tree.new_command(pids_max=64, memory_max=None)
+            assert fresh is not again
+            fresh.release()
+        finally:
+            kill_and_reap(child)
+        again.remove()
+    finally:
+        tree.remove()
+    assert not os.path.exists(tree.path)
