@@ -406,8 +406,7 @@ class BrokerServer:
         needs_auth = any(not _is_unix(a) for a in config.grpc)
         mtls = config.tls_client_ca is not None
         if needs_auth and (config.token_file is not None or not mtls):
-            self.token_file = config.token_file or default_token_file(backend.root)
-            self.tokens = TokenTable.load_or_create(self.token_file)
+            self.frontend_tokens()
         authenticator = Authenticator(
             self.tokens,
             mtls=mtls,
