@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Final, cast
 
@@ -39,7 +40,7 @@ from opsbroker.v1.sshframe import (
 
 from operations import Aborted, Backend, InvalidArgument, KillReason, OpsError, TooLarge
 
-from ._service import METHODS, Method, decode
+from ._service import METHODS, Method, call_subject, decode, log_call
 from ._sftp import BackendSFTPServer
 
 if TYPE_CHECKING:
@@ -192,6 +193,7 @@ class _CommandCall:
         self._channel = channel
         self.ops: Backend = channel.server.ops
         self.principal = channel.server.principal
+        self.subject: str | None = None
         self.exit_code: int | None = None
         self.kill_reason: KillReason | None = None
 
@@ -343,6 +345,9 @@ class FrameChannel(_Kind):
         method = METHODS.get(method_name)
         op = method.op if method is not None else method_name
         error: OpsError | None = None
+        started = time.perf_counter()
+        call: _FrameCall | None = None
+        outcome = "ok"
         try:
             if method is None:
                 raise InvalidArgument(op, None, f"unknown method {method_name!r}")
@@ -352,22 +357,30 @@ class FrameChannel(_Kind):
             else:
                 call = _FrameCall(self, method, inbound, None)
                 request = decode(method.request, first, op)
+                call.subject = call_subject(request)
             await method.handler(self.server.frontend.service, request, call)
         except OpsError as exc:
             error = exc
         except asyncio.CancelledError:
+            outcome = "cancelled"
             task = asyncio.current_task()
             if not self.cancel_requested or task is None:
                 raise
             task.uncancel()
             error = Aborted(op, None, "cancelled by the client")
         except (BrokenPipeError, ConnectionError):
+            outcome = "disconnected"
             return
         except Exception:
             log.exception("opsbroker subsystem: %s failed", method_name)
             error = OpsError(op, None, "internal broker error (see the broker's log)")
+            outcome = "internal"
         finally:
             self.task = None
+            if error is not None and outcome == "ok":
+                outcome = error.code
+            subject = None if call is None else call.subject
+            log_call(log, self.server.principal, op, subject, outcome, started)
         if self.chan.is_closing():
             return
         detail = b"" if error is None else error_to_wire(error).SerializeToString()
@@ -381,7 +394,7 @@ class FrameChannel(_Kind):
 class _FrameCall:
     """The :class:`~._service.Call` of one framed call."""
 
-    __slots__ = ("_channel", "_first", "_inbound", "_method", "ops", "principal")
+    __slots__ = ("_channel", "_first", "_inbound", "_method", "ops", "principal", "subject")
 
     def __init__(
         self,
@@ -396,6 +409,7 @@ class _FrameCall:
         self._first = first
         self.ops: Backend = channel.server.ops
         self.principal = channel.server.principal
+        self.subject: str | None = None
 
     async def send(self, message: ProtoMessage) -> None:
         await self._channel.send(message)
