@@ -38,7 +38,7 @@ from operations import (
     Unavailable,
 )
 
-from ._service import undecodable
+from ._service import Call, log_call, undecodable
 
 __all__ = [
     "SERVICE_NAME",
@@ -98,14 +98,12 @@ async def abort_with(context: grpc.aio.ServicerContext[Any, Any], error: OpsErro
 class CallScope:
     """One call's scope: maps errors to a status and logs one line when the call ends."""
 
-    __slots__ = ("_context", "_op", "_path", "_start")
+    __slots__ = ("_call", "_context", "_op", "_start")
 
-    def __init__(
-        self, context: grpc.aio.ServicerContext[Any, Any], op: str, path: str | None
-    ) -> None:
+    def __init__(self, context: grpc.aio.ServicerContext[Any, Any], op: str, call: Call) -> None:
         self._context = context
         self._op = op
-        self._path = path
+        self._call = call  # its ``subject`` is what the line names, read when the call ends
         self._start = 0.0
 
     async def __aenter__(self) -> None:
@@ -130,23 +128,16 @@ class CallScope:
                 outcome = "aborted"
             elif isinstance(exc, Exception):
                 outcome = "internal"
-                log.error("%s %r failed", self._op, self._path, exc_info=exc)
+                log.error("%s %s failed", self._op, self._call.subject, exc_info=exc)
                 await self._context.abort(
                     grpc.StatusCode.INTERNAL,
                     f"{self._op}: internal error in the broker ({type(exc).__name__}); "
                     "see the broker's log",
                 )
         finally:
-            if log.isEnabledFor(logging.INFO):
-                elapsed = (time.perf_counter() - self._start) * 1000
-                log.info(
-                    "%s %s %r -> %s (%.1f ms)",
-                    current_principal.get(),
-                    self._op,
-                    self._path,
-                    outcome,
-                    elapsed,
-                )
+            log_call(
+                log, current_principal.get(), self._op, self._call.subject, outcome, self._start
+            )
 
 
 class Undecodable:

@@ -13,6 +13,8 @@ in a :class:`Call`, and turns an :class:`~operations.OpsError` raised here into 
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from importlib import metadata
@@ -60,8 +62,10 @@ __all__ = [
     "Method",
     "Service",
     "broker_version",
+    "call_subject",
     "capabilities_of",
     "decode",
+    "log_call",
     "undecodable",
 ]
 
@@ -76,8 +80,16 @@ OUTPUT_EVENT_BYTES: Final = 4 * CHUNK_BYTES
 """Command output merged into one ExecEvent, at most (well under gRPC's 4 MiB)."""
 
 
+LOGGED_COMMAND_CHARS: Final = 80
+"""How much of a command a call's log line shows (the audit log has all of it, or its digest)."""
+
+
 class Call(Protocol):
     """What a transport offers one running call."""
+
+    subject: str | None
+    """What the call's log line names (:func:`call_subject` of its request); an upload sets it
+    from its first message, which carries the path."""
 
     @property
     def ops(self) -> Backend:
@@ -124,6 +136,40 @@ def capabilities_of(backend: Backend, sandbox_active: bool | None = None) -> dic
     if sandbox_active is not None:
         info["sandbox"] = sandbox_active
     return info
+
+
+def call_subject(request: object) -> str | None:
+    """What a call's log line names: the request's path (or source, or a command's cwd), shown
+    with ``!r``, and a command's first :data:`LOGGED_COMMAND_CHARS` characters."""
+    named = None
+    for field in ("path", "source", "cwd"):
+        value = getattr(request, field, None)
+        if isinstance(value, str):
+            named = repr(value)
+            break
+    command = getattr(request, "command", None)
+    if isinstance(command, str):
+        shown = command[:LOGGED_COMMAND_CHARS] + (
+            "..." if len(command) > LOGGED_COMMAND_CHARS else ""
+        )
+        return f"{named} $ {shown!r}"
+    return named
+
+
+def log_call(
+    log: logging.Logger,
+    principal: str | None,
+    op: str,
+    subject: str | None,
+    outcome: str,
+    started: float,
+) -> None:
+    """The one log line of a finished call, the same on every front-end: who, what, on what,
+    and how it ended (``ok`` or the error's code). ``started`` is a ``time.perf_counter()``."""
+    if log.isEnabledFor(logging.INFO):
+        elapsed = (time.perf_counter() - started) * 1000
+        what = op if subject is None else f"{op} {subject}"  # e.g. capabilities: no subject
+        log.info("%s %s -> %s (%.1f ms)", principal, what, outcome, elapsed)
 
 
 def decode(cls: type[ProtoMessage], data: bytes, op: str) -> ProtoMessage:
@@ -250,6 +296,7 @@ class Service:
                 "write_file", None, "the first message of the stream must carry the path"
             )
         path = first.path
+        call.subject = repr(path)
         expected = first.size if first.HasField("size") else None
         if expected is not None and expected < 0:
             raise InvalidArgument("write_file", path, f"`size` must be >= 0, got {expected}")

@@ -9,7 +9,8 @@ Files never sit whole in memory (:mod:`._sftpfile`): a download streams from ``r
 through a small window (a read behind it reads the file again from its start); an upload is
 spooled to an anonymous temp file in the broker's temp directory at any offset and streamed into
 ``write_chunks`` on close, so the replace stays atomic and the backend's limits (the policy's
-``max_write_bytes``) apply as it streams. An upload whose session ends without CLOSE is dropped,
+``max_write_bytes``) apply as it streams; the policy decides an upload there too, on the file it
+opens, so a refused put fails at CLOSE and is audited on its own path. An upload whose session ends without CLOSE is dropped,
 never committed. A spool never takes its disk below a reserve of free space (:mod:`._spool`),
 and a read waits until the channel has sent earlier replies.
 
@@ -168,7 +169,8 @@ class BackendSFTPServer(asyncssh.SFTPServer):
             if writable and (pflags & asyncssh.FXF_TRUNC or not exists):
                 if not exists and not pflags & asyncssh.FXF_CREAT:
                     raise NotFound("open", name)
-                await self._backend.access(posixpath.dirname(name) or "/", writable=True)
+                # Decided (and audited, on this file) by ``write_chunks`` at CLOSE, on what it
+                # opens: a check of the parent here was a second decision, logged on the parent.
                 return SFTPFile.upload(self._backend, name, self._spool(name))
             if writable:
                 await self._backend.access(name, writable=True)

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import logging
 import signal as _signal
+import time
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Final, cast
 
@@ -52,7 +53,7 @@ from operations import (
     TooLarge,
 )
 
-from ._service import METHODS, Method, decode
+from ._service import METHODS, Method, call_subject, decode, log_call
 from ._sftp import BackendSFTPServer
 
 if TYPE_CHECKING:
@@ -232,6 +233,7 @@ class _CommandCall:
         self._channel = channel
         self.ops: Backend = channel.server.ops
         self.principal = channel.server.principal
+        self.subject: str | None = None
         self.exit_code: int | None = None
         self.kill_reason: KillReason | None = None
         self.signal: int | None = None
@@ -513,6 +515,9 @@ class FrameChannel(_Kind):
         method = METHODS.get(method_name)
         op = method.op if method is not None else method_name
         error: OpsError | None = None
+        started = time.perf_counter()
+        call: _FrameCall | None = None
+        outcome = "ok"
         try:
             if method is None:
                 raise InvalidArgument(op, None, f"unknown method {method_name!r}")
@@ -522,22 +527,30 @@ class FrameChannel(_Kind):
             else:
                 call = _FrameCall(self, method, inbound, None)
                 request = decode(method.request, first, op)
+                call.subject = call_subject(request)
             await method.handler(self.server.frontend.service, request, call)
         except OpsError as exc:
             error = exc
         except asyncio.CancelledError:
+            outcome = "cancelled"
             task = asyncio.current_task()
             if not self.cancel_requested or task is None:
                 raise
             task.uncancel()
             error = Aborted(op, None, "cancelled by the client")
         except (BrokenPipeError, ConnectionError):
+            outcome = "disconnected"
             return
         except Exception:
             log.exception("opsbroker subsystem: %s failed", method_name)
             error = OpsError(op, None, "internal broker error (see the broker's log)")
+            outcome = "internal"
         finally:
             self.task = None
+            if error is not None and outcome == "ok":
+                outcome = error.code
+            subject = None if call is None else call.subject
+            log_call(log, self.server.principal, op, subject, outcome, started)
         if self.chan.is_closing():
             return
         detail = b"" if error is None else error_to_wire(error).SerializeToString()
@@ -551,7 +564,7 @@ class FrameChannel(_Kind):
 class _FrameCall:
     """The :class:`~._service.Call` of one framed call."""
 
-    __slots__ = ("_channel", "_first", "_inbound", "_method", "ops", "principal")
+    __slots__ = ("_channel", "_first", "_inbound", "_method", "ops", "principal", "subject")
 
     def __init__(
         self,
@@ -566,6 +579,7 @@ class _FrameCall:
         self._first = first
         self.ops: Backend = channel.server.ops
         self.principal = channel.server.principal
+        self.subject: str | None = None
 
     async def send(self, message: ProtoMessage) -> None:
         await self._channel.send(message)

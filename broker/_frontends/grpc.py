@@ -30,7 +30,7 @@ from operations import Backend, InvalidArgument
 from .._guard import Enforcement
 from ._grpcauth import AuthenticatedServer, Authenticator
 from ._grpcwire import SERVICE_NAME, CallScope, Undecodable, current_principal
-from ._service import METHODS, Method, Service, capabilities_of
+from ._service import METHODS, Method, Service, call_subject, capabilities_of
 
 __all__ = [
     "SERVICE_NAME",
@@ -45,13 +45,16 @@ Context = grpc.aio.ServicerContext[Any, Any]
 class _StreamCall:
     """The :class:`~._service.Call` of one gRPC call whose replies are a stream."""
 
-    __slots__ = ("_context", "_op", "ops", "principal")
+    __slots__ = ("_context", "_op", "ops", "principal", "subject")
 
-    def __init__(self, context: Context, op: str, ops: Backend, principal: str) -> None:
+    def __init__(
+        self, context: Context, op: str, ops: Backend, principal: str, request: object = None
+    ) -> None:
         self._context = context
         self._op = op
         self.ops = ops
         self.principal = principal
+        self.subject = call_subject(request)
 
     async def send(self, message: ProtoMessage) -> None:
         await self._context.write(message)
@@ -80,23 +83,16 @@ class _UnaryCall(_StreamCall):
 
     __slots__ = ("reply",)
 
-    def __init__(self, context: Context, op: str, ops: Backend, principal: str) -> None:
-        super().__init__(context, op, ops, principal)
+    def __init__(
+        self, context: Context, op: str, ops: Backend, principal: str, request: object = None
+    ) -> None:
+        super().__init__(context, op, ops, principal, request)
         self.reply: ProtoMessage | None = None
 
     async def send(self, message: ProtoMessage) -> None:
         if self.reply is not None:
             raise InvalidArgument(self._op, None, "a unary call has one reply")
         self.reply = message
-
-
-def _path(request: object) -> str | None:
-    """What the call's log line names: the request's path, cwd or source, if it has one."""
-    for field in ("path", "cwd", "source"):
-        value = getattr(request, field, None)
-        if isinstance(value, str):
-            return value
-    return None
 
 
 class BrokerServicer(pb_grpc.BrokerServicer):
@@ -157,7 +153,7 @@ def _translate(method: Method) -> Callable[..., Any]:
         async def upload(self: BrokerServicer, requests: object, context: Context) -> Any:
             principal = current_principal.get()
             call = _UnaryCall(context, op, self._ops(context, principal), principal)
-            async with CallScope(context, op, None):
+            async with CallScope(context, op, call):
                 await handler(self.service, None, call)
                 return call.reply
 
@@ -167,16 +163,16 @@ def _translate(method: Method) -> Callable[..., Any]:
 
         async def stream(self: BrokerServicer, request: Any, context: Context) -> None:
             principal = current_principal.get()
-            call = _StreamCall(context, op, self._ops(context, principal), principal)
-            async with CallScope(context, op, _path(request)):
+            call = _StreamCall(context, op, self._ops(context, principal), principal, request)
+            async with CallScope(context, op, call):
                 await handler(self.service, request, call)
 
         return stream
 
     async def unary(self: BrokerServicer, request: Any, context: Context) -> Any:
         principal = current_principal.get()
-        call = _UnaryCall(context, op, self._ops(context, principal), principal)
-        async with CallScope(context, op, _path(request)):
+        call = _UnaryCall(context, op, self._ops(context, principal), principal, request)
+        async with CallScope(context, op, call):
             await handler(self.service, request, call)
             return call.reply
 
