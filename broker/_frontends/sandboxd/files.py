@@ -47,6 +47,7 @@ from operations import (
     TooLarge,
     Unauthenticated,
     read_chunks,
+    read_small,
     write_chunks,
 )
 
@@ -239,6 +240,10 @@ class FilesApp:
         info = await ops.stat(path)
         if info.is_directory:
             return _json(await self._listing(ops, path, relative))
+        if info.size <= READ_CHUNK_BYTES:  # one piece: answered whole, with its length
+            data = await read_small(ops, path, READ_CHUNK_BYTES)
+            if data is not None:
+                return Response(data, 200, media_type="application/octet-stream")
         pieces = read_chunks(ops, path, READ_CHUNK_BYTES)
         try:
             first = await anext(pieces, b"")
