@@ -40,6 +40,7 @@ from operations import (
     ShellExec,
     TooLarge,
     Unavailable,
+    check_mode,
     glob_paths,
     read_small_streamed,
     search_file,
@@ -419,13 +420,26 @@ class Broker:
     # --- write side ---------------------------------------------------------------------------
 
     async def write_file(
-        self, path: str, content: bytes | str, *, gate: Gate | None = None
+        self,
+        path: str,
+        content: bytes | str,
+        *,
+        mode: int | None = None,
+        gate: Gate | None = None,
     ) -> None:
+        mode = check_mode(mode, "write_file", path)
         data = content.encode("utf-8") if isinstance(content, str) else bytes(content)
-        self._root.write("write_file", path, data, fsync=self._fsync, check=gate and gate.write)
+        self._root.write(
+            "write_file", path, data, fsync=self._fsync, check=gate and gate.write, mode=mode
+        )
 
     async def write_chunks(
-        self, path: str, chunks: AsyncIterable[bytes], *, gate: Gate | None = None
+        self,
+        path: str,
+        chunks: AsyncIterable[bytes],
+        *,
+        mode: int | None = None,
+        gate: Gate | None = None,
     ) -> None:
         """``write_file`` with content that arrives in pieces, for files of any size.
 
@@ -434,7 +448,8 @@ class Broker:
         ``path`` at the end. If ``chunks`` raises, or the call is cancelled, the temp file is
         removed and nothing is visible at ``path``.
         """
-        target = self._root.open_atomic("write_file", path, gate and gate.write)
+        mode = check_mode(mode, "write_file", path)
+        target = self._root.open_atomic("write_file", path, gate and gate.write, mode)
         jobs = _FdJobs(self._threads)
         threaded = False
         try:

@@ -178,12 +178,14 @@ class AtomicFile:
     It owns ``dirfd`` from the start (closed by ``commit`` and ``discard``, or at once if the
     temp file cannot be created), so a file written across many calls
     keeps its directory even if the path is renamed meanwhile. ``old`` is the file it replaces:
-    its mode (and, when allowed, owner) is kept.
+    its owner is kept when allowed, and its mode unless ``mode`` gives the file another.
     """
 
-    __slots__ = ("_dirfd", "_fd", "_name", "_old", "_temp")
+    __slots__ = ("_dirfd", "_fd", "_mode", "_name", "_old", "_temp")
 
-    def __init__(self, dirfd: int, name: bytes, old: os.stat_result | None) -> None:
+    def __init__(
+        self, dirfd: int, name: bytes, old: os.stat_result | None, mode: int | None = None
+    ) -> None:
         self._temp = b".opsbroker-" + secrets.token_hex(8).encode() + b".tmp"
         try:
             self._fd = os.open(
@@ -192,7 +194,7 @@ class AtomicFile:
         except BaseException:
             os.close(dirfd)
             raise
-        self._dirfd, self._name, self._old = dirfd, name, old
+        self._dirfd, self._name, self._old, self._mode = dirfd, name, old, mode
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         view = memoryview(data)
@@ -206,7 +208,10 @@ class AtomicFile:
             if old is not None:
                 with contextlib.suppress(OSError):
                     os.fchown(self._fd, old.st_uid, old.st_gid)
-            os.fchmod(self._fd, st.S_IMODE(old.st_mode) if old is not None else NEW_FILE_MODE)
+            mode = self._mode
+            if mode is None:
+                mode = st.S_IMODE(old.st_mode) if old is not None else NEW_FILE_MODE
+            os.fchmod(self._fd, mode)
             if fsync:
                 os.fsync(self._fd)
             self._close_file()
@@ -237,11 +242,16 @@ class AtomicFile:
 
 
 def atomic_write(
-    dirfd: int, name: bytes, data: bytes, old: os.stat_result | None, fsync: bool
+    dirfd: int,
+    name: bytes,
+    data: bytes,
+    old: os.stat_result | None,
+    fsync: bool,
+    mode: int | None = None,
 ) -> None:
     """Replace ``name`` in ``dirfd`` with ``data`` through an :class:`AtomicFile`
     (``dirfd`` stays the caller's)."""
-    target = AtomicFile(os.dup(dirfd), name, old)
+    target = AtomicFile(os.dup(dirfd), name, old, mode)
     try:
         target.write(data)
     except BaseException:

@@ -607,20 +607,23 @@ class Root:
         fsync: bool = False,
         max_bytes: int | None = None,
         check: Check | None = None,
+        mode: int | None = None,
     ) -> None:
         """Replace or create the file at ``path`` atomically: a temp file in the same directory
         (via the parent fd), then ``renameat`` over the name. A final symlink is followed only to
-        its target inside the root; the mode (and, when allowed, the owner) of a replaced file is
-        kept."""
+        its target inside the root; the file gets ``mode`` if given, else a replaced file keeps
+        its own (and, when allowed, its owner)."""
         if max_bytes is not None and len(data) > max_bytes:
             raise TooLarge(op, path, f"{len(data)} bytes exceed the write limit of {max_bytes}")
-        self._replace(op, path, lambda d, n, old: atomic_write(d, n, data, old, fsync), check)
+        self._replace(op, path, lambda d, n, old: atomic_write(d, n, data, old, fsync, mode), check)
 
-    def open_atomic(self, op: str, path: str, check: Check | None = None) -> AtomicFile:
+    def open_atomic(
+        self, op: str, path: str, check: Check | None = None, mode: int | None = None
+    ) -> AtomicFile:
         """Start replacing or creating the file at ``path`` as :meth:`write` does, for content
         that arrives in pieces: write them to the returned file, then ``commit`` (or
         ``discard``). Nothing is visible at ``path`` before ``commit``."""
-        return self._replace(op, path, lambda d, n, old: AtomicFile(os.dup(d), n, old), check)
+        return self._replace(op, path, lambda d, n, old: AtomicFile(os.dup(d), n, old, mode), check)
 
     def _replace(
         self,

@@ -57,6 +57,7 @@ from ._memory import Symlink as Symlink
 from ._memory_processes import MemoryProcesses as MemoryProcesses
 from ._mime import IMAGE_SNIFF_BYTES as IMAGE_SNIFF_BYTES
 from ._mime import sniff_image_mime_type as sniff_image_mime_type
+from ._mode import check_mode as check_mode
 from ._policy import DEFAULT_SANDBOX_READ as DEFAULT_SANDBOX_READ
 from ._policy import AuditPolicy as AuditPolicy
 from ._policy import CommandEnvCache as CommandEnvCache
@@ -199,6 +200,7 @@ __all__ = [
     "WriteOperations",
     "abort_scope",
     "build_command_env",
+    "check_mode",
     "check_timeout",
     "compile_glob",
     "error_from_code",

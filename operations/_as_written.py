@@ -181,16 +181,29 @@ class AsWritten:
     # -- writing -------------------------------------------------------------------------------
 
     async def write_file(
-        self, path: str, content: bytes | str, *, gate: Gate | None = None
+        self,
+        path: str,
+        content: bytes | str,
+        *,
+        mode: int | None = None,
+        gate: Gate | None = None,
     ) -> None:
         self._write(gate, path)
-        await self.inner.write_file(path, content)
+        if mode is None:
+            await self.inner.write_file(path, content)
+        else:
+            await self.inner.write_file(path, content, mode=mode)
 
     async def write_chunks(
-        self, path: str, chunks: AsyncIterable[bytes], *, gate: Gate | None = None
+        self,
+        path: str,
+        chunks: AsyncIterable[bytes],
+        *,
+        mode: int | None = None,
+        gate: Gate | None = None,
     ) -> None:
         self._write(gate, path)
-        await write_chunks(self.inner, path, chunks)
+        await write_chunks(self.inner, path, chunks, mode=mode)
 
     async def mkdir(self, path: str, *, gate: Gate | None = None) -> None:
         self._write(gate, path)

@@ -40,8 +40,11 @@ class ChunkedFileOperations(Protocol):
         """
         ...
 
-    async def write_chunks(self, path: str, chunks: AsyncIterable[bytes]) -> None:
-        """Create or replace ``path`` atomically with the concatenated ``chunks``.
+    async def write_chunks(
+        self, path: str, chunks: AsyncIterable[bytes], *, mode: int | None = None
+    ) -> None:
+        """Create or replace ``path`` atomically with the concatenated ``chunks`` (and ``mode``,
+        as ``write_file`` takes it).
 
         If ``chunks`` raises, or the call is cancelled, nothing is written and the error propagates.
         """
@@ -124,14 +127,18 @@ async def read_small_streamed(
         await pieces.aclose()
 
 
-async def write_chunks(backend: Backend, path: str, chunks: AsyncIterable[bytes]) -> None:
-    """Write the concatenated ``chunks`` to ``path`` on ``backend``, atomically.
+async def write_chunks(
+    backend: Backend, path: str, chunks: AsyncIterable[bytes], *, mode: int | None = None
+) -> None:
+    """Write the concatenated ``chunks`` to ``path`` on ``backend``, atomically, with ``mode``
+    (``None``: a replaced file keeps its own).
 
     Raises:
         TooLarge: the backend cannot stream and the content passes :data:`FALLBACK_WRITE_LIMIT`.
     """
+    given = {} if mode is None else {"mode": mode}  # a backend of before `mode` still works
     if _chunked(backend):
-        await cast(ChunkedFileOperations, backend).write_chunks(path, chunks)
+        await cast(ChunkedFileOperations, backend).write_chunks(path, chunks, **given)
         return
     buffer = bytearray()
     async for piece in chunks:
@@ -140,4 +147,4 @@ async def write_chunks(backend: Backend, path: str, chunks: AsyncIterable[bytes]
             raise TooLarge(
                 "write_file", path, f"content exceeds {FALLBACK_WRITE_LIMIT} bytes on this backend"
             )
-    await backend.write_file(path, bytes(buffer))
+    await backend.write_file(path, bytes(buffer), **given)

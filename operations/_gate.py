@@ -165,11 +165,21 @@ class GatedBackend(Backend, Protocol):
     ) -> AsyncIterator[SearchMatch]: ...
 
     async def write_file(
-        self, path: str, content: bytes | str, *, gate: Gate | None = None
+        self,
+        path: str,
+        content: bytes | str,
+        *,
+        mode: int | None = None,
+        gate: Gate | None = None,
     ) -> None: ...
 
     async def write_chunks(
-        self, path: str, chunks: AsyncIterable[bytes], *, gate: Gate | None = None
+        self,
+        path: str,
+        chunks: AsyncIterable[bytes],
+        *,
+        mode: int | None = None,
+        gate: Gate | None = None,
     ) -> None: ...
 
     async def mkdir(self, path: str, *, gate: Gate | None = None) -> None: ...

@@ -306,7 +306,7 @@ class GuardedBackend:
 
     # -- writing -------------------------------------------------------------------------------
 
-    async def write_file(self, path: str, content: bytes | str) -> None:
+    async def write_file(self, path: str, content: bytes | str, *, mode: int | None = None) -> None:
         async with self._audited("write_file", path) as entry:
             size = len(content.encode() if isinstance(content, str) else content)
             entry.set(bytes_in=size)
@@ -317,9 +317,11 @@ class GuardedBackend:
                     path,
                     f"content is {size} bytes, above the policy's max_write_bytes ({limit})",
                 )
-            await self._ops.write_file(path, content, gate=entry.gate)
+            await self._ops.write_file(path, content, mode=mode, gate=entry.gate)
 
-    async def write_chunks(self, path: str, chunks: AsyncIterable[bytes]) -> None:
+    async def write_chunks(
+        self, path: str, chunks: AsyncIterable[bytes], *, mode: int | None = None
+    ) -> None:
         """``write_file`` with content in pieces (:class:`~operations.ChunkedFileOperations`):
         the same checks and one audit line (op ``write_file``, total ``bytes_in``); past
         ``max_write_bytes`` the stream is refused with ``TooLarge`` and nothing is written."""
@@ -341,7 +343,7 @@ class GuardedBackend:
                     yield piece
 
             entry.set(bytes_in=0)
-            await self._ops.write_chunks(path, counted(), gate=entry.gate)
+            await self._ops.write_chunks(path, counted(), mode=mode, gate=entry.gate)
 
     async def mkdir(self, path: str) -> None:
         """``mkdir -p``: an existing directory changes nothing, so it is no write decision (a

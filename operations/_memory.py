@@ -47,6 +47,7 @@ from ._gate import MAX_TREE_CHECK, Gate
 from ._gitignore import IgnoreRules, parent_ignore_rules
 from ._memory_processes import MemoryProcesses
 from ._mime import IMAGE_SNIFF_BYTES, sniff_image_mime_type
+from ._mode import check_mode
 from ._policy import ProcessPolicy
 from ._runner import CommandRunner
 from ._search import LineMatcher, search_file, search_tree
@@ -416,10 +417,16 @@ class InMemoryOperations:
     # -- WriteOperations ----------------------------------------------------------------------
 
     async def write_file(
-        self, path: str, content: bytes | str, *, gate: Gate | None = None
+        self,
+        path: str,
+        content: bytes | str,
+        *,
+        mode: int | None = None,
+        gate: Gate | None = None,
     ) -> None:
         op = "write_file"
         with self._op(op, path):
+            given = check_mode(mode, op, path)
             data = content.encode() if isinstance(content, str) else content
             if self.max_write_bytes is not None and len(data) > self.max_write_bytes:
                 raise TooLarge(op, path, f"{len(data)} bytes; the limit is {self.max_write_bytes}")
@@ -438,15 +445,22 @@ class InMemoryOperations:
             if gate is not None:
                 gate.write(resolved.rel)
             self.vfs.require_writable_dir(op, path, resolved.parent)
-            mode = 0o644
+            bits = 0o644
             if isinstance(node, FileNode):
                 self.vfs.require_mode(op, path, node, 0o200, "writable")
-                mode = node.mode
-            # Atomic replace: a new node takes the name, keeping the replaced file's mode.
-            resolved.parent.children[resolved.name] = FileNode(data, mode, self.vfs.clock())
+                bits = node.mode
+            # Atomic replace: a new node takes the name, with the mode given, else the replaced
+            # file's own.
+            bits = bits if given is None else given
+            resolved.parent.children[resolved.name] = FileNode(data, bits, self.vfs.clock())
 
     async def write_chunks(
-        self, path: str, chunks: AsyncIterable[bytes], *, gate: Gate | None = None
+        self,
+        path: str,
+        chunks: AsyncIterable[bytes],
+        *,
+        mode: int | None = None,
+        gate: Gate | None = None,
     ) -> None:
         """``write_file`` of the concatenated ``chunks`` (held in memory, as the file will be)."""
         buffer = bytearray()
@@ -458,7 +472,7 @@ class InMemoryOperations:
                     path,
                     f"content exceeds {FALLBACK_WRITE_LIMIT} bytes on this backend",
                 )
-        await self.write_file(path, bytes(buffer), gate=gate)
+        await self.write_file(path, bytes(buffer), mode=mode, gate=gate)
 
     async def mkdir(self, path: str, *, gate: Gate | None = None) -> None:
         op = "mkdir"

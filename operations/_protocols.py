@@ -56,11 +56,15 @@ class ReadOperations(Protocol):
 
 @runtime_checkable
 class WriteOperations(Protocol):
-    async def write_file(self, path: str, content: bytes | str) -> None:
+    async def write_file(self, path: str, content: bytes | str, *, mode: int | None = None) -> None:
         """Create or replace the file at ``path`` atomically (``str`` is encoded as UTF-8).
 
         The parent directory must exist. A final symlink is followed only if its target stays
-        inside the root; the mode of a replaced file is kept.
+        inside the root. The file gets the permission bits ``mode`` (``0`` to ``0o777``) when
+        given; otherwise a replaced file keeps its mode and a new one gets the default.
+
+        Raises:
+            InvalidArgument: ``mode`` is out of range (:func:`~operations.check_mode`).
         """
         ...
 

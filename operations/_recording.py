@@ -267,20 +267,32 @@ class RecordingBackend:
         return mime
 
     async def write_file(
-        self, path: str, content: bytes | str, *, gate: Gate | None = None
+        self,
+        path: str,
+        content: bytes | str,
+        *,
+        mode: int | None = None,
+        gate: Gate | None = None,
     ) -> None:
         data = content.encode() if isinstance(content, str) else content
-        call = self.inner.write_file(path, data, **_gated(gate))
-        await self._call("write_file", {"path": path, "content": _digest(data)}, call, mutates=True)
+        given = {} if mode is None else {"mode": mode}
+        call = self.inner.write_file(path, data, **given, **_gated(gate))
+        args = {"path": path, "content": _digest(data), **given}
+        await self._call("write_file", args, call, mutates=True)
         self.state.wrote(path, data)
 
     async def write_chunks(
-        self, path: str, chunks: AsyncIterable[bytes], *, gate: Gate | None = None
+        self,
+        path: str,
+        chunks: AsyncIterable[bytes],
+        *,
+        mode: int | None = None,
+        gate: Gate | None = None,
     ) -> None:
         buffer = bytearray()
         async for piece in chunks:
             buffer += piece
-        await self.write_file(path, bytes(buffer), gate=gate)
+        await self.write_file(path, bytes(buffer), mode=mode, gate=gate)
 
     async def mkdir(self, path: str, *, gate: Gate | None = None) -> None:
         await self._call(

@@ -257,9 +257,14 @@ class ReplayOperations(InMemoryOperations):
             yield match
 
     async def write_file(
-        self, path: str, content: bytes | str, *, gate: Gate | None = None
+        self,
+        path: str,
+        content: bytes | str,
+        *,
+        mode: int | None = None,
+        gate: Gate | None = None,
     ) -> None:
-        await super().write_file(path, content, gate=gate)
+        await super().write_file(path, content, mode=mode, gate=gate)
         self._omitted.pop(path, None)
         self.state.wrote(path, content)
 

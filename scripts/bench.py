@@ -23,6 +23,7 @@ import tempfile
 import time
 from collections.abc import Callable, Coroutine
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -621,6 +622,143 @@ def grpc_exec_true() -> Result:
         f"waiting as long as the core's exec takes {idle_echo * 1e3:.2f} ms"
     )
     return mine / (here + echo), 1.3, detail
+
+
+# --- sandboxd front-end: its Execute and 4 KiB GET against our own gRPC, one broker, one run ---
+
+
+@contextlib.asynccontextmanager
+async def _sandboxd_bench() -> Any:
+    """One broker serving our gRPC and the sandboxd surface on 127.0.0.1, with a client for
+    each: our gRPC client, our own ``process.v1`` stubs (the SDK's clash with them in one
+    process) and a raw keep-alive HTTP/1.1 connection."""
+    import grpc.aio
+    from opsbroker.sandboxd import process_pb2, process_pb2_grpc
+
+    from agent_side import connect
+    from broker import BrokerConfig, BrokerServer
+
+    with tempfile.TemporaryDirectory() as name:
+        tmp = Path(name)
+        (tmp / "ROOT").mkdir()
+        (tmp / "ROOT" / "4k").write_bytes(os.urandom(4096))
+        (tmp / "tokens").write_text("bench-token bench\n")
+        (tmp / "tokens").chmod(0o600)
+        config = BrokerConfig(
+            root=tmp / "ROOT",
+            grpc=["127.0.0.1:0"],
+            token_file=tmp / "tokens",
+            sandboxd_grpc=["127.0.0.1:0"],
+            sandboxd_http=["127.0.0.1:0"],
+        )
+        server = BrokerServer(config)
+        await server.start()
+        ops = await connect(f"grpc://{server.addresses[0]}", token="bench-token").open()  # type: ignore[attr-defined]
+        channel = grpc.aio.insecure_channel(server.sandboxd_grpc_addresses[0])
+        host, port = server.sandboxd_http_addresses[0].rsplit(":", 1)
+        reader, writer = await asyncio.open_connection(host, int(port))
+        try:
+            yield SimpleNamespace(
+                ops=ops,
+                root=str(tmp / "ROOT"),
+                stub=process_pb2_grpc.ProcessServiceStub(channel),
+                pb=process_pb2,
+                reader=reader,
+                writer=writer,
+            )
+        finally:
+            writer.close()
+            await channel.close()
+            await ops.aclose()
+            await server.stop()
+
+
+_SANDBOXD_METADATA = (("x-opsbroker-token", "bench-token"),)
+_GET_4K = b"GET /v1/files/4k HTTP/1.1\r\nHost: bench\r\nX-Opsbroker-Token: bench-token\r\n\r\n"
+
+
+async def _http_get(b: Any) -> bytes:
+    """One GET on the keep-alive connection: the body (content-length or chunked)."""
+    b.writer.write(_GET_4K)
+    head = await b.reader.readuntil(b"\r\n\r\n")
+    if not head.startswith(b"HTTP/1.1 200"):
+        raise RuntimeError(f"sandboxd GET failed: {head[:80]!r}")
+    lower = head.lower()
+    if b"content-length:" in lower:
+        size = int(lower.split(b"content-length:", 1)[1].split(b"\r\n", 1)[0])
+        return await b.reader.readexactly(size)
+    body = bytearray()
+    for _ in range(1 << 16):  # chunked: bounded by the number of pieces
+        size = int((await b.reader.readuntil(b"\r\n")).strip(), 16)
+        piece = await b.reader.readexactly(size + 2)
+        if size == 0:
+            return bytes(body)
+        body += piece[:-2]
+    raise RuntimeError("sandboxd GET: too many chunks")
+
+
+@benchmark
+def sandboxd_execute_true() -> Result:
+    """sandboxd ``Execute(["true"])`` against our gRPC ``exec("true")``, on one broker."""
+
+    async def run() -> tuple[float, float]:
+        async with _sandboxd_bench() as b:
+            n = GRPC_CALLS // 10
+            request = b.pb.ExecuteRequest(config=b.pb.ProcessConfig(command=["true"]))
+
+            async def theirs() -> float:
+                start = time.perf_counter()
+                for _ in range(n):
+                    reply = await b.stub.Execute(request, metadata=_SANDBOXD_METADATA)
+                    assert reply.exit_code == 0
+                return (time.perf_counter() - start) / n
+
+            async def ours() -> float:
+                start = time.perf_counter()
+                for _ in range(n):
+                    await b.ops.exec("true", b.root, on_data=lambda _: None)
+                return (time.perf_counter() - start) / n
+
+            sandboxd = grpc_run = math.inf
+            for _ in range(GRPC_ROUNDS):
+                sandboxd = min(sandboxd, await theirs())
+                grpc_run = min(grpc_run, await ours())
+            return sandboxd, grpc_run
+
+    sandboxd, grpc_run = asyncio.run(run())
+    detail = f"sandboxd Execute {sandboxd * 1e3:.2f} ms, our gRPC exec {grpc_run * 1e3:.2f} ms"
+    return sandboxd / grpc_run, 1.2, detail
+
+
+@benchmark
+def sandboxd_get_4k() -> Result:
+    """sandboxd ``GET /v1/files/4k`` (HTTP/1.1 keep-alive) against our gRPC ``read_file``."""
+
+    async def run() -> tuple[float, float]:
+        async with _sandboxd_bench() as b:
+            path = f"{b.root}/4k"
+
+            async def theirs() -> float:
+                start = time.perf_counter()
+                for _ in range(GRPC_CALLS):
+                    assert len(await _http_get(b)) == 4096
+                return (time.perf_counter() - start) / GRPC_CALLS
+
+            async def ours() -> float:
+                start = time.perf_counter()
+                for _ in range(GRPC_CALLS):
+                    await b.ops.read_file(path)
+                return (time.perf_counter() - start) / GRPC_CALLS
+
+            http = grpc_read = math.inf
+            for _ in range(GRPC_ROUNDS):
+                http = min(http, await theirs())
+                grpc_read = min(grpc_read, await ours())
+            return http, grpc_read
+
+    http, grpc_read = asyncio.run(run())
+    detail = f"sandboxd GET {http * 1e3:.2f} ms, our gRPC read {grpc_read * 1e3:.2f} ms"
+    return http / grpc_read, 1.5, detail
 
 
 @benchmark

@@ -73,6 +73,7 @@ from operations import (
     TooLarge,
     Unauthenticated,
     Unavailable,
+    check_mode,
 )
 
 from .processes import OPS, RemoteProcesses
@@ -470,14 +471,15 @@ class GrpcBackend:
         reply = await self._call("detect_image_mime_type", path, "DetectImageMimeType", _p(path))
         return reply.mime_type or None
 
-    async def write_file(self, path: str, content: bytes | str) -> None:
+    async def write_file(self, path: str, content: bytes | str, *, mode: int | None = None) -> None:
         _check("write_file", path)
+        check_mode(mode, "write_file", path)
         stub = await self._ensure()
         data = content.encode() if isinstance(content, str) else bytes(content)
 
         async def messages() -> AsyncIterator[pb.WriteFileRequest]:
             pieces = chunks(data, CHUNK_BYTES)
-            yield pb.WriteFileRequest(path=path, data=next(pieces), size=len(data))
+            yield pb.WriteFileRequest(path=path, data=next(pieces), size=len(data), mode=mode)
             for piece in pieces:
                 yield pb.WriteFileRequest(data=piece)
 
@@ -486,7 +488,9 @@ class GrpcBackend:
         except grpc.aio.AioRpcError as exc:
             raise _error(exc, "write_file", path) from None
 
-    async def write_chunks(self, path: str, chunks: AsyncIterable[bytes]) -> None:
+    async def write_chunks(
+        self, path: str, chunks: AsyncIterable[bytes], *, mode: int | None = None
+    ) -> None:
         """``write_file`` with content that arrives in pieces, never holding the whole file.
 
         An optional extension beyond the Operations protocols
@@ -495,11 +499,12 @@ class GrpcBackend:
         error propagates.
         """
         _check("write_file", path)
+        check_mode(mode, "write_file", path)
         stub = await self._ensure()
         failure: list[BaseException] = []
 
         async def messages() -> AsyncIterator[pb.WriteFileRequest]:
-            yield pb.WriteFileRequest(path=path)
+            yield pb.WriteFileRequest(path=path, mode=mode)
             try:
                 async for piece in chunks:
                     for part in _pieces(piece, CHUNK_BYTES):

@@ -66,6 +66,7 @@ from operations import (
     ShellExec,
     Unauthenticated,
     Unavailable,
+    check_mode,
     check_timeout,
 )
 
@@ -491,14 +492,15 @@ class SSHBackend:
         )
         return reply.mime_type or None
 
-    async def write_file(self, path: str, content: bytes | str) -> None:
+    async def write_file(self, path: str, content: bytes | str, *, mode: int | None = None) -> None:
         path = _text("write_file", path)
+        check_mode(mode, "write_file", path)
         if isinstance(content, str):
             data = _text("write_file", content, what="content").encode("utf-8")
         else:
             data = bytes(content)
         step = WRITE_CHUNK_BYTES
-        first = pb.WriteFileRequest(path=path, data=data[:step], size=len(data))
+        first = pb.WriteFileRequest(path=path, data=data[:step], size=len(data), mode=mode)
         async with self._call("WriteFile", first, path, streaming_input=True) as call:
             view = memoryview(data)
             for start in range(step, len(data), step):

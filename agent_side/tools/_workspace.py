@@ -113,8 +113,8 @@ class LocalOperations:
     async def detect_image_mime_type(self, path: str) -> str | None:
         return await self._open().detect_image_mime_type(path)
 
-    async def write_file(self, path: str, content: bytes | str) -> None:
-        await self._open().write_file(path, content)
+    async def write_file(self, path: str, content: bytes | str, *, mode: int | None = None) -> None:
+        await self._open().write_file(path, content, mode=mode)
 
     async def mkdir(self, path: str) -> None:
         await self._open().mkdir(path)

@@ -283,13 +283,14 @@ class Service:
         """A stream of ``WriteFileRequest``: the first names the path (and may announce the
         size); the content follows. Nothing is written unless the whole stream arrives."""
         try:
-            await write_chunks(call.ops, *await self._upload(call))
+            path, mode, pieces = await self._upload(call)
+            await write_chunks(call.ops, path, pieces, mode=mode)
         except BaseException:
             await call.discard_input()
             raise
         await call.send(pb.Empty())
 
-    async def _upload(self, call: Call) -> tuple[str, AsyncIterator[bytes]]:
+    async def _upload(self, call: Call) -> tuple[str, int | None, AsyncIterator[bytes]]:
         first = await _next(call, "write_file")
         if not isinstance(first, pb.WriteFileRequest) or not first.path:
             raise InvalidArgument(
@@ -323,7 +324,7 @@ class Service:
                     f"stream ended after {received} of {expected} bytes; nothing was written",
                 )
 
-        return path, pieces()
+        return path, first.mode if first.HasField("mode") else None, pieces()
 
     async def Mkdir(self, request: pb.PathRequest, call: Call) -> None:
         await call.ops.mkdir(request.path)

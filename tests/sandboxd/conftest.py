@@ -39,7 +39,7 @@ class Sandboxd:
         return {"X-Opsbroker-Token": self.token}
 
 
-def start_broker(tmp: Path, policy: str | None = None) -> Sandboxd:
+def start_broker(tmp: Path, policy: str | None = None, config: Path | None = None) -> Sandboxd:
     root = tmp / "ws"
     root.mkdir()
     token = secrets.token_urlsafe(16)
@@ -51,6 +51,8 @@ def start_broker(tmp: Path, policy: str | None = None) -> Sandboxd:
         "--grpc", f"unix:{tmp}/broker.sock", "--token-file", str(tokens),
         "--sandboxd-grpc", "127.0.0.1:0", "--sandboxd-http", "127.0.0.1:0", "--quiet",
     ]  # fmt: skip
+    if config is not None:
+        args += ["--config", str(config)]
     if policy is not None:
         (tmp / "policy.toml").write_text(policy)
         args += ["--policy", str(tmp / "policy.toml")]

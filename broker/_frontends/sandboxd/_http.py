@@ -11,6 +11,7 @@ byte at a time would hold a connection forever: :class:`DeadlineProtocol` gives 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 from typing import Any, Final
 
@@ -55,6 +56,7 @@ class DeadlineProtocol(H11Protocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        _no_delay(transport)
         self._arm()
 
     def data_received(self, data: bytes) -> None:
@@ -73,6 +75,16 @@ class DeadlineProtocol(H11Protocol):
             self._deadline.cancel()
             self._deadline = None
         super().connection_lost(exc)
+
+
+def _no_delay(transport: asyncio.Transport) -> None:
+    """Send each write at once. asyncio sets ``TCP_NODELAY`` only on sockets whose ``proto`` is
+    ``IPPROTO_TCP``; ours (from ``socket.create_server``) have 0, so without this a response's
+    head and body wait on the client's delayed ACK (about 40 ms a request)."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
 def bind(address: str) -> socket.socket:

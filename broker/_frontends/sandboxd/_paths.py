@@ -55,8 +55,9 @@ def _unquote(raw: bytes, op: str) -> bytes:
 def files_path(raw_path: bytes, op: str) -> str:
     """The sandbox-relative path of a ``/v1/files/...`` request target (without its query).
 
-    ``""`` names the root. Leading separators are dropped: the path is relative to the root
-    whatever it starts with, as the spec says.
+    Returned as the client sent it, decoded (error messages name it so); ``""`` names the
+    root. Leading separators mean nothing: the path is relative to the root whatever it starts
+    with, as the spec says (:func:`workspace_path` drops them).
 
     Raises:
         InvalidArgument: not under ``/v1/files/``, a bad escape, a NUL, not UTF-8, or too long.
@@ -72,7 +73,7 @@ def files_path(raw_path: bytes, op: str) -> str:
         text = decoded.decode("utf-8")
     except UnicodeDecodeError:
         raise InvalidArgument(op, None, "path is not valid UTF-8") from None
-    return text.lstrip("/")
+    return text
 
 
 def workspace_path(root: str, relative: str) -> str:

@@ -35,7 +35,11 @@ from operations import (
     Unavailable,
 )
 
-__all__ = ["STATUS", "Status", "status_of"]
+__all__ = ["STATUS", "BodyTimeout", "Status", "public_message", "status_of"]
+
+
+class BodyTimeout(Timeout):
+    """A request body that stopped arriving: HTTP 408, and the connection is closed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +55,7 @@ _DENIED: Final = Status(grpc.StatusCode.PERMISSION_DENIED, 403, "PERMISSION_DENI
 _PRECONDITION: Final = Status(grpc.StatusCode.FAILED_PRECONDITION, 400, "INVALID_ARGUMENT")
 
 STATUS: Final[dict[type[OpsError], Status]] = {
+    BodyTimeout: Status(grpc.StatusCode.DEADLINE_EXCEEDED, 408, "DEADLINE_EXCEEDED"),
     NotFound: Status(grpc.StatusCode.NOT_FOUND, 404, "NOT_FOUND"),
     IsADirectory: _PRECONDITION,
     NotADirectory: _PRECONDITION,
@@ -81,3 +86,30 @@ def status_of(error: OpsError) -> Status:
         if found is not None:
             return found
     return _INTERNAL
+
+
+def public_message(error: OpsError, root: str, sent: tuple[str, str] | None = None) -> str:
+    """``str(error)`` as a sandboxd client reads it: paths are root-relative, never the broker's
+    own workspace path.
+
+    Args:
+        error: what failed.
+        root: the backend's root (its own namespace).
+        sent: ``(workspace_path, as_sent)``: the request's path in the backend's namespace and
+            as the client sent it; an error naming the first names the second.
+    """
+    base = root.rstrip("/")
+
+    def shown(path: str) -> str:
+        if sent is not None and path == sent[0]:
+            return sent[1]
+        if path in (base, root):
+            return "/"
+        if path.startswith(base + "/"):
+            return path[len(base) + 1 :]
+        return path
+
+    reason = error.reason.replace(base + "/", "") if base else error.reason
+    if error.path is None:
+        return f"{error.op}: {reason}"
+    return f"{error.op} {shown(error.path)!r}: {reason}"

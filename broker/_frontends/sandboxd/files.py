@@ -9,16 +9,21 @@ link swapped in mid-request is an escape (403), never a file outside the workspa
 
 Bodies stream both ways: a GET relays the backend's pieces as the client reads them, a PUT hands
 the body to the backend's atomic streamed write as it arrives (a ``multipart/form-data`` body is
-unwrapped on the way, :mod:`._multipart`), so a file of any size passes in bounded memory.
+unwrapped on the way, :mod:`._multipart`), so a file of any size passes in bounded memory. A PUT
+body that pauses longer than ``body_idle_timeout`` is answered 408 and the connection closed;
+the partial temp file is discarded, never renamed over the target. The ``mode`` query value is
+the file's permission bits (a replaced file keeps its own without one).
 
 Errors are the spec's JSON ``{"code": ..., "message": ...}`` with the status of the one table
-(:mod:`._status`). Who calls is decided first (:mod:`._auth`): a request without a known token is
+(:mod:`._status`); a message names the path as the client sent it (root-relative), never the
+broker's own workspace path. Who calls is decided first (:mod:`._auth`): a request without a known token is
 401, audited, and does nothing; ``/v1/health`` alone needs no token (probes send none, and it
 says nothing but ``ok``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import posixpath
@@ -33,6 +38,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from operations import (
+    Aborted,
     Backend,
     DirectoryNotEmpty,
     FileStat,
@@ -41,15 +47,17 @@ from operations import (
     TooLarge,
     Unauthenticated,
     read_chunks,
+    read_small,
     write_chunks,
 )
 
 from ..._auth import TokenTable
 from ..._guard import Enforcement
+from .._service import STREAM_IDLE_TIMEOUT
 from ._auth import REFUSAL, token_principal
 from ._multipart import FilePart, boundary_of
 from ._paths import files_path, parse_mode, parse_recursive, workspace_path
-from ._status import status_of
+from ._status import BodyTimeout, public_message, status_of
 
 __all__ = ["METADATA_PREFIX", "READ_CHUNK_BYTES", "WITHHELD_MARKERS", "FilesApp", "metadata_env"]
 
@@ -74,10 +82,33 @@ def metadata_env(environ: Mapping[str, str], prefix: str = METADATA_PREFIX) -> d
     }
 
 
-def _error_response(error: OpsError, head: bool = False) -> Response:
+def _error_response(
+    error: OpsError, head: bool = False, root: str = "/", sent: tuple[str, str] | None = None
+) -> Response:
     status = status_of(error)
-    body = b"" if head else json.dumps({"code": status.code, "message": str(error)}).encode()
-    return Response(body, status.http, media_type="application/json")
+    message = public_message(error, root, sent)
+    body = b"" if head else json.dumps({"code": status.code, "message": message}).encode()
+    headers = {"connection": "close"} if isinstance(error, BodyTimeout) else None
+    return Response(body, status.http, headers=headers, media_type="application/json")
+
+
+async def _body(receive: Receive, idle: float, path: str) -> AsyncIterator[bytes]:
+    """A request's body as it arrives; a body that stalls for ``idle`` seconds is refused."""
+    while True:
+        try:
+            async with asyncio.timeout(idle):
+                message = await receive()
+        except TimeoutError:
+            raise BodyTimeout(
+                "write_file", path, f"no body bytes for {idle} s; nothing was written"
+            ) from None
+        if message["type"] == "http.disconnect":
+            raise Aborted("write_file", path, "the client left before the body ended")
+        data = message.get("body", b"")
+        if data:
+            yield data
+        if not message.get("more_body", False):
+            return
 
 
 def _json(value: object) -> Response:
@@ -107,6 +138,8 @@ class FilesApp:
             refused).
         enforcement: the broker's policy and audit; each request runs behind it.
         environ: what ``/v1/metadata`` filters (default: the broker's environment, read once).
+        body_idle_timeout: seconds a PUT body may pause before it is refused (408) and its
+            partial file discarded: the same idle timeout as our own gRPC's client streams.
     """
 
     def __init__(
@@ -116,7 +149,9 @@ class FilesApp:
         *,
         enforcement: Enforcement | None = None,
         environ: Mapping[str, str] | None = None,
+        body_idle_timeout: float = STREAM_IDLE_TIMEOUT,
     ) -> None:
+        self.body_idle_timeout = body_idle_timeout
         self._backend = backend
         self._tokens = tokens
         self._enforcement = enforcement
@@ -160,6 +195,7 @@ class FilesApp:
                     peer=peer,
                 )
             return _error_response(Unauthenticated("sandboxd", None, REFUSAL), head)
+        sent: str | None = None
         try:
             if raw == b"/v1/metadata" and method in ("GET", "HEAD"):
                 return _json({"env": self._metadata})
@@ -182,11 +218,13 @@ class FilesApp:
                     media_type="application/json",
                 )
             ops = self._ops(principal, peer)
-            relative = files_path(raw, _OPS[method])
-            response: Response = await handler(self, ops, request, relative)
+            sent = files_path(raw, _OPS[method])
+            response: Response = await handler(self, ops, request, sent.lstrip("/"))
             return response
         except OpsError as exc:
-            return _error_response(exc, head)
+            root = self._backend.root
+            named = None if sent is None else (workspace_path(root, sent), sent)
+            return _error_response(exc, head, root, named)
 
     def _health(self) -> Response:
         if not self.ready:
@@ -202,6 +240,10 @@ class FilesApp:
         info = await ops.stat(path)
         if info.is_directory:
             return _json(await self._listing(ops, path, relative))
+        if info.size <= READ_CHUNK_BYTES:  # one piece: answered whole, with its length
+            data = await read_small(ops, path, READ_CHUNK_BYTES)
+            if data is not None:
+                return Response(data, 200, media_type="application/octet-stream")
         pieces = read_chunks(ops, path, READ_CHUNK_BYTES)
         try:
             first = await anext(pieces, b"")
@@ -244,7 +286,7 @@ class FilesApp:
 
     async def _put(self, ops: Backend, request: Request, relative: str) -> Response:
         path = workspace_path(ops.root, relative)
-        parse_mode(request.query_params.get("mode"), "write_file", path)
+        mode = parse_mode(request.query_params.get("mode"), "write_file", path)
         if not relative or relative.endswith("/"):
             raise InvalidArgument("write_file", path, "target path is a directory")
         parent = posixpath.dirname(path)
@@ -256,7 +298,7 @@ class FilesApp:
         async def pieces() -> AsyncIterator[bytes]:
             form = FilePart(boundary) if boundary is not None else None
             received = 0
-            async for data in request.stream():
+            async for data in _body(request.receive, self.body_idle_timeout, path):
                 received += len(data)
                 if received > limit:
                     raise TooLarge("write_file", path, f"upload exceeds {limit} bytes")
@@ -269,7 +311,7 @@ class FilesApp:
             if form is not None:
                 form.finish()
 
-        await write_chunks(ops, path, pieces())
+        await write_chunks(ops, path, pieces(), mode=mode)
         return Response(None, 204)
 
     def _max_write(self) -> int:

@@ -49,7 +49,7 @@ from operations import (
 from ..._guard import Enforcement
 from .._grpcwire import current_principal
 from ._paths import workspace_path
-from ._status import status_of
+from ._status import public_message, status_of
 
 __all__ = ["MAX_EXECUTE_OUTPUT", "SERVICE_NAME", "ProcessServicer"]
 
@@ -126,7 +126,7 @@ class ProcessServicer(pb_grpc.ProcessServiceServicer):
         try:
             return await work()
         except OpsError as exc:
-            await context.abort(status_of(exc).grpc, str(exc))
+            await context.abort(status_of(exc).grpc, public_message(exc, self._backend.root))
             raise  # unreachable: abort raises
 
     async def _start(
@@ -160,7 +160,7 @@ class ProcessServicer(pb_grpc.ProcessServiceServicer):
         try:
             ended = await self._relay(ops, info.id, process_id, context)
         except OpsError as exc:
-            await context.abort(status_of(exc).grpc, str(exc))
+            await context.abort(status_of(exc).grpc, public_message(exc, self._backend.root))
         finally:
             self._running.pop(process_id, None)
             if not ended:

@@ -109,14 +109,16 @@ class SmallFile(_message.Message):
     def __init__(self, data: _Optional[bytes] = ..., complete: _Optional[bool] = ...) -> None: ...
 
 class WriteFileRequest(_message.Message):
-    __slots__ = ("path", "data", "size")
+    __slots__ = ("path", "data", "size", "mode")
     PATH_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
     SIZE_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
     path: str
     data: bytes
     size: int
-    def __init__(self, path: _Optional[str] = ..., data: _Optional[bytes] = ..., size: _Optional[int] = ...) -> None: ...
+    mode: int
+    def __init__(self, path: _Optional[str] = ..., data: _Optional[bytes] = ..., size: _Optional[int] = ..., mode: _Optional[int] = ...) -> None: ...
 
 class FileStat(_message.Message):
     __slots__ = ("kind", "size", "mode", "mtime")
