@@ -40,6 +40,7 @@ from operations import (
     AbortController,
     Backend,
     BashOperations,
+    GuardedBackend,
     InvalidArgument,
     KillReason,
     ProcessOutput,
@@ -138,9 +139,11 @@ def capabilities_of(backend: Backend, sandbox_active: bool | None = None) -> dic
     return info
 
 
-def call_subject(request: object) -> str | None:
+def call_subject(request: object, ops: Backend | None = None) -> str | None:
     """What a call's log line names: the request's path (or source, or a command's cwd), shown
-    with ``!r``, and a command's first :data:`LOGGED_COMMAND_CHARS` characters."""
+    with ``!r``, and a command's first :data:`LOGGED_COMMAND_CHARS` characters, or, when ``ops``
+    is a :class:`~operations.GuardedBackend` whose policy has ``audit.log_commands`` off, the
+    command's digest as the audit records it (the log says no more than the audit)."""
     named = None
     for field in ("path", "source", "cwd"):
         value = getattr(request, field, None)
@@ -149,6 +152,8 @@ def call_subject(request: object) -> str | None:
             break
     command = getattr(request, "command", None)
     if isinstance(command, str):
+        if isinstance(ops, GuardedBackend):
+            command = ops.command_as_audited(command)
         shown = command[:LOGGED_COMMAND_CHARS] + (
             "..." if len(command) > LOGGED_COMMAND_CHARS else ""
         )

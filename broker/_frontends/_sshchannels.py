@@ -527,7 +527,7 @@ class FrameChannel(_Kind):
             else:
                 call = _FrameCall(self, method, inbound, None)
                 request = decode(method.request, first, op)
-                call.subject = call_subject(request)
+                call.subject = call_subject(request, call.ops)
             await method.handler(self.server.frontend.service, request, call)
         except OpsError as exc:
             error = exc

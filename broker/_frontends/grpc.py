@@ -54,7 +54,7 @@ class _StreamCall:
         self._op = op
         self.ops = ops
         self.principal = principal
-        self.subject = call_subject(request)
+        self.subject = call_subject(request, ops)
 
     async def send(self, message: ProtoMessage) -> None:
         await self._context.write(message)

@@ -6,6 +6,7 @@ line's subject was taken) and no line at all for a call over the SSH subsystem.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from pathlib import Path
 
@@ -68,3 +69,22 @@ async def test_ssh_log_lines_name_the_path_and_command(
         assert isinstance(ops, SSHBackend)
         await calls(ops)
     check(lines(caplog, "opsbroker.ssh"), root)
+
+
+async def test_with_log_commands_off_the_log_shows_the_digest_as_the_audit_does(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    policy = tmp_path / "policy.toml"
+    policy.write_text("[audit]\nlog_commands = false\n")
+    audit = tmp_path / "audit.jsonl"
+    caplog.set_level(logging.INFO, logger="opsbroker.grpc")
+    async with (
+        serving(tmp_path, None, policy=policy, audit_log=audit) as server,
+        client(server) as ops,
+    ):
+        await calls(ops)
+    found = [line for line in lines(caplog, "opsbroker.grpc") if " exec " in line]
+    digest = "sha256:" + hashlib.sha256(LONG.encode()).hexdigest()
+    assert found and all("xxxx" not in line for line in found), found
+    assert any(digest[:LOGGED_COMMAND_CHARS] in line for line in found), found
+    assert digest in audit.read_text()
