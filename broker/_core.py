@@ -217,6 +217,8 @@ class Broker:
         self._use_rg = _rg.usable() if search_engine == "auto" else search_engine == "rg"
         self._process_policy = process_policy if process_policy is not None else ProcessPolicy()
         self._processes: ProcessManager | None = None
+        self._commands_started = False
+        self._retired: list[ProcessManager] = []  # started only to answer capabilities()
         self._table: ProcessTable | None = None
         self._threads: set[asyncio.Future[Any]] = set()
         self._closed = False
@@ -243,13 +245,14 @@ class Broker:
         ``limits``: every key of ``opsbroker.v1.codec.LIMIT_KEYS``, ``None`` where this core
         enforces none (the policy's output, write and timeout limits are the guard's, so a
         front-end adds them; ``chunk_bytes`` is a wire size). Asking starts the process
-        manager, so tracking and cgroup limits are what commands will actually get.
+        manager (a later :meth:`use_sandbox` still applies), so tracking and cgroup limits
+        are what commands will actually get.
 
         Raises:
             Unavailable: after :meth:`aclose`.
         """
         caps = self._root.capabilities()
-        processes = self._process_manager("capabilities").capabilities()
+        processes = self._manager("capabilities").capabilities()
         table = self._process_policy
         caps["search"] = "rg" if self._use_rg else "python"
         caps["tracking"] = "cgroup" if processes.cgroup_kill else "proc"
@@ -287,6 +290,10 @@ class Broker:
         """
         if sandbox is self._sandbox:
             return
+        if self._processes is not None and not self._commands_started:
+            # Started only to answer capabilities(): the next command gets one with the sandbox.
+            self._retired.append(self._processes)
+            self._processes = None
         if self._processes is not None:
             raise InvalidArgument(
                 "serve",
@@ -306,8 +313,9 @@ class Broker:
         self._closed = True
         if self._table is not None:
             await self._table.aclose()
-        if self._processes is not None:
-            await self._processes.aclose()
+        for manager in (*self._retired, self._processes):
+            if manager is not None:
+                await manager.aclose()
         if self._threads:
             await asyncio.gather(*self._threads, return_exceptions=True)
         self._root.close()
@@ -665,6 +673,13 @@ class Broker:
             return cwd_fd, cwd
 
     def _process_manager(self, op: str) -> ProcessManager:
+        """The process manager commands run through (from now on, :meth:`use_sandbox` refuses
+        to change their sandbox)."""
+        manager = self._manager(op)
+        self._commands_started = True
+        return manager
+
+    def _manager(self, op: str) -> ProcessManager:
         if self._closed:
             raise Unavailable(op, None, "the broker is closed")
         if self._processes is None:

@@ -19,6 +19,7 @@ from opsbroker.v1.codec import CHUNK_BYTES, LIMIT_KEYS
 from agent_side._remote.grpc import GrpcBackend
 from agent_side._remote.ssh import SSHBackend
 from broker import Broker, _rg
+from broker._landlock import ACCESS_FS_READ_FILE, Rule, Ruleset, SandboxUnavailable
 from broker._serve import BrokerServer
 from operations import InMemoryOperations, ProcessPolicy, Unavailable
 from tests.conformance._workspace import Workspace
@@ -184,6 +185,23 @@ async def test_the_memory_backend_served_over_grpc_says_the_same(tmp_path: Path)
         want = ops.capabilities()
         want["limits"] = {**want["limits"], "chunk_bytes": CHUNK_BYTES}  # type: ignore[dict-item]
         assert grpc.capabilities() == want
+
+
+async def test_asking_does_not_pin_the_command_sandbox(tmp_path: Path) -> None:
+    """A core asked for its capabilities can still be handed a sandbox (as ``serve`` does)."""
+    if _rg.landlock_abi() == 0:
+        with pytest.raises(SandboxUnavailable):
+            Ruleset([Rule(str(tmp_path), ACCESS_FS_READ_FILE)])
+        return
+    ruleset = Ruleset([Rule(str(tmp_path), ACCESS_FS_READ_FILE)])
+    try:
+        async with Broker(str(tmp_path)) as broker:
+            assert broker.capabilities()["command_sandbox"] is False
+            broker.use_sandbox(ruleset)
+            assert broker.capabilities()["command_sandbox"] is True
+            assert broker._process_manager("exec").capabilities().sandbox
+    finally:
+        ruleset.close()
 
 
 async def test_capabilities_before_connecting_are_unavailable(tmp_path: Path) -> None:
