@@ -14,6 +14,7 @@ import contextlib
 import errno
 import functools
 import os
+import shutil
 import stat as st
 from collections.abc import AsyncGenerator, AsyncIterable, Callable, Mapping, Sequence
 from types import TracebackType
@@ -53,7 +54,7 @@ from ._landlock import Ruleset
 from ._process import MINIMAL_ENV, ProcessManager
 from ._processes import ProcessTable
 from ._resolver import Root
-from ._shell import bash_argv, powershell_argv
+from ._shell import POWERSHELL_NAMES, bash_argv, powershell_argv
 
 __all__ = ["DEFAULT_MAX_READ_BYTES", "Broker"]
 
@@ -216,6 +217,8 @@ class Broker:
         self._use_rg = _rg.usable() if search_engine == "auto" else search_engine == "rg"
         self._process_policy = process_policy if process_policy is not None else ProcessPolicy()
         self._processes: ProcessManager | None = None
+        self._commands_started = False
+        self._retired: list[ProcessManager] = []  # started only to answer capabilities()
         self._table: ProcessTable | None = None
         self._threads: set[asyncio.Future[Any]] = set()
         self._closed = False
@@ -234,12 +237,43 @@ class Broker:
         return self._root
 
     def capabilities(self) -> dict[str, object]:
-        """What this broker runs on: the resolver strategy, openat2, the search engine, and
-        whether commands run in a Landlock sandbox."""
+        """What this broker runs on and enforces, as every transport reports it.
+
+        Keys: ``resolver`` (``openat2`` or ``walk``), ``openat2_available``, ``search`` (``rg``
+        or ``python``), ``tracking`` (``cgroup`` or ``proc``) and ``cgroup_kill``,
+        ``command_sandbox`` (commands run under Landlock), ``landlock_abi``, ``powershell``, and
+        ``limits``: every key of ``opsbroker.v1.codec.LIMIT_KEYS``, ``None`` where this core
+        enforces none (the policy's output, write and timeout limits are the guard's, so a
+        front-end adds them; ``chunk_bytes`` is a wire size). Asking starts the process
+        manager (a later :meth:`use_sandbox` still applies), so tracking and cgroup limits
+        are what commands will actually get.
+
+        Raises:
+            Unavailable: after :meth:`aclose`.
+        """
         caps = self._root.capabilities()
+        processes = self._manager("capabilities").capabilities()
+        table = self._process_policy
         caps["search"] = "rg" if self._use_rg else "python"
-        caps["landlock_abi"] = _rg.landlock_abi()
+        caps["tracking"] = "cgroup" if processes.cgroup_kill else "proc"
+        caps["cgroup_kill"] = processes.cgroup_kill
         caps["command_sandbox"] = self._sandbox is not None
+        caps["landlock_abi"] = _rg.landlock_abi()
+        caps["powershell"] = any(shutil.which(name) for name in POWERSHELL_NAMES)
+        caps["limits"] = {
+            "max_read_bytes": self._max_read,
+            "max_write_bytes": None,
+            "max_output_bytes": None,
+            "default_timeout": None,
+            "max_timeout": None,
+            "chunk_bytes": None,
+            "pids_max": processes.pids_max,
+            "memory_max": processes.memory_max,
+            "max_processes_per_principal": table.max_per_principal,
+            "max_processes": table.max_total,
+            "ring_bytes": table.ring_bytes,
+            "max_process_lifetime": table.max_lifetime,
+        }
         return caps
 
     @property
@@ -256,6 +290,10 @@ class Broker:
         """
         if sandbox is self._sandbox:
             return
+        if self._processes is not None and not self._commands_started:
+            # Started only to answer capabilities(): the next command gets one with the sandbox.
+            self._retired.append(self._processes)
+            self._processes = None
         if self._processes is not None:
             raise InvalidArgument(
                 "serve",
@@ -275,8 +313,9 @@ class Broker:
         self._closed = True
         if self._table is not None:
             await self._table.aclose()
-        if self._processes is not None:
-            await self._processes.aclose()
+        for manager in (*self._retired, self._processes):
+            if manager is not None:
+                await manager.aclose()
         if self._threads:
             await asyncio.gather(*self._threads, return_exceptions=True)
         self._root.close()
@@ -634,6 +673,13 @@ class Broker:
             return cwd_fd, cwd
 
     def _process_manager(self, op: str) -> ProcessManager:
+        """The process manager commands run through (from now on, :meth:`use_sandbox` refuses
+        to change their sandbox)."""
+        manager = self._manager(op)
+        self._commands_started = True
+        return manager
+
+    def _manager(self, op: str) -> ProcessManager:
         if self._closed:
             raise Unavailable(op, None, "the broker is closed")
         if self._processes is None:

@@ -132,6 +132,10 @@ class ProcessCapabilities:
     """The Landlock command sandbox: commands write only under the root and a private temp dir."""
     limits: frozenset[str] = frozenset()
     """Per-command limits that can be enforced: a subset of ``{"pids", "memory"}``."""
+    pids_max: int | None = None
+    """The ``pids.max`` every command runs under; ``None`` when none is enforced."""
+    memory_max: int | None = None
+    """The memory limit (bytes) every command runs under; ``None`` when none is enforced."""
 
 
 @dataclass(eq=False)
@@ -428,6 +432,8 @@ class ProcessManager:
             raise ValueError(f"grace periods must be non-negative, got {kill_grace}, {idle_grace}")
         self._kill_grace = kill_grace
         self._idle_grace = idle_grace
+        self._pids_max = pids_max
+        self._memory_max = memory_max
         self._runs: set[_Run] = set()
         self._null_fd = -1
         self._closing = False
@@ -452,14 +458,18 @@ class ProcessManager:
             raise Unavailable("exec", None, "Landlock signal scoping is not available")
 
     def capabilities(self) -> ProcessCapabilities:
-        """What this manager uses on this host (cgroup kill, pidfds, subreaper, signal scope)."""
+        """What this manager uses on this host (cgroup kill, pidfds, subreaper, signal scope) and
+        the per-command limits it enforces (a limit asked for but not enforceable is ``None``)."""
+        limits = self._tracker.limits
         return ProcessCapabilities(
             cgroup_kill=self._tracker.cgroup_kill,
             pidfd=self._pidfd,
             subreaper=self._tracker.subreaper,
             signal_scope=self._scope is not None and self._scope.signal_scoping,
             sandbox=self._sandbox is not None,
-            limits=self._tracker.limits,
+            limits=limits,
+            pids_max=self._pids_max if "pids" in limits else None,
+            memory_max=self._memory_max if "memory" in limits else None,
         )
 
     async def exec(

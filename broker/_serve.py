@@ -601,10 +601,7 @@ class BrokerServer:
                     guard=self._ssh_guard(),
                     refused=self._ssh_refused(),
                     version=broker_version(),
-                    info=capabilities_of(
-                        backend,
-                        None if self.enforcement is None else self.enforcement.sandbox_active,
-                    ),
+                    info=capabilities_of(backend, self.enforcement),
                 )
             except OSError as exc:
                 raise InvalidArgument("serve", address, f"cannot listen: {exc}") from None

@@ -284,6 +284,36 @@ class InMemoryOperations:
     def powershell(self) -> MemoryPowerShell:
         return self._powershell
 
+    def capabilities(self) -> dict[str, object]:
+        """What this backend models, in the shape of ``Broker.capabilities()``: paths, search and
+        commands are all in memory (``memory``), nothing runs under a kernel sandbox or cgroup,
+        and the limits are the ones given to it (``None``: none)."""
+        policy = self._processes.policy
+        return {
+            "resolver": "memory",
+            "openat2_available": False,
+            "search": "memory",
+            "tracking": "memory",
+            "cgroup_kill": False,
+            "command_sandbox": False,
+            "landlock_abi": 0,
+            "powershell": True,
+            "limits": {
+                "max_read_bytes": self.max_read_bytes,
+                "max_write_bytes": self.max_write_bytes,
+                "max_output_bytes": self.max_output_bytes,
+                "default_timeout": None,
+                "max_timeout": None,
+                "chunk_bytes": None,
+                "pids_max": None,
+                "memory_max": None,
+                "max_processes_per_principal": policy.max_per_principal,
+                "max_processes": policy.max_total,
+                "ring_bytes": policy.ring_bytes,
+                "max_process_lifetime": policy.max_lifetime,
+            },
+        }
+
     @property
     def processes(self) -> MemoryProcesses:
         """Processes that outlive a call: scripted commands run in the background

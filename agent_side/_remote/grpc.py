@@ -47,6 +47,7 @@ from opsbroker.v1.codec import (
     CHUNK_BYTES,
     ERROR_METADATA_KEY,
     MAX_MESSAGE_BYTES,
+    capabilities_from_wire,
     chunk_data_view,
     chunks,
     error_from_wire,
@@ -264,19 +265,31 @@ class GrpcBackend:
         )
         return answer
 
-    @property
-    def capabilities(self) -> pb.CapabilitiesReply:
-        """What the broker reported at connect: version, root, resolver, limits..."""
+    def _reply(self) -> pb.CapabilitiesReply:
         if self._capabilities is None:
             raise Unavailable(
                 "capabilities", self.target, "not connected yet; use `async with` or open()"
             )
         return self._capabilities
 
+    def capabilities(self) -> dict[str, Any]:
+        """What the broker reported at connect, in the shape of ``Broker.capabilities()``:
+        resolver, search engine, tracking, sandbox, limits (``None``: no limit).
+
+        Raises:
+            Unavailable: not connected yet.
+        """
+        return capabilities_from_wire(self._reply())
+
+    @property
+    def version(self) -> str:
+        """The broker's opsbroker version (known once connected)."""
+        return self._reply().version
+
     @property
     def root(self) -> str:
         """The workspace root on the broker (known once connected)."""
-        return self.capabilities.root
+        return self._reply().root
 
     @property
     def powershell(self) -> ShellExec:

@@ -29,6 +29,7 @@ from google.protobuf.message import Message as ProtoMessage
 from opsbroker import malloc
 from opsbroker.v1 import broker_pb2 as pb
 from opsbroker.v1.codec import (
+    capabilities_from_wire,
     entry_from_wire,
     error_from_wire,
     exit_from_wire,
@@ -270,7 +271,7 @@ class SSHBackend:
         self._options = options
         self._conn: asyncssh.SSHClientConnection | None = None
         self._connecting: asyncio.Lock | None = None
-        self._root: str | None = None
+        self._capabilities: pb.CapabilitiesReply | None = None
         self._idle: list[_ChannelSession] = []
         self._aborts: set[asyncio.Task[None]] = set()  # AbortRun calls on their way
         self._closed = False
@@ -290,14 +291,32 @@ class SSHBackend:
 
     @property
     def root(self) -> str:
-        if self._root is None:
+        return self._reply("root").root
+
+    def _reply(self, op: str) -> pb.CapabilitiesReply:
+        if self._capabilities is None:
             raise Unavailable(
-                "root", None, "not connected yet: use 'async with' or await connect() first"
+                op, None, "not connected yet: use 'async with' or await connect() first"
             )
-        return self._root
+        return self._capabilities
+
+    def capabilities(self) -> dict[str, Any]:
+        """What the broker reported at connect, in the shape of ``Broker.capabilities()``:
+        resolver, search engine, tracking, sandbox, limits (``None``: no limit).
+
+        Raises:
+            Unavailable: not connected yet.
+        """
+        return capabilities_from_wire(self._reply("capabilities"))
+
+    @property
+    def version(self) -> str:
+        """The broker's opsbroker version (known once connected)."""
+        return self._reply("version").version
 
     async def connect(self) -> None:
-        """Open the SSH connection and learn the workspace root. Idempotent."""
+        """Open the SSH connection and fetch the broker's capabilities (``root`` among them).
+        Idempotent."""
         if self._connecting is None:
             self._connecting = asyncio.Lock()
         async with self._connecting:
@@ -327,8 +346,9 @@ class SSHBackend:
                 raise Unauthenticated("connect", where, f"key refused: {exc}") from None
             except (OSError, asyncssh.Error) as exc:
                 raise Unavailable("connect", where, f"cannot reach the broker: {exc}") from None
-            caps = await self._unary("Capabilities", pb.CapabilitiesRequest(), pb.CapabilitiesReply)
-            self._root = caps.root
+            self._capabilities = await self._unary(
+                "Capabilities", pb.CapabilitiesRequest(), pb.CapabilitiesReply
+            )
 
     async def aclose(self) -> None:
         """Close the connection; the broker cancels whatever is still running. Idempotent."""

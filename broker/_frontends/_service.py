@@ -52,6 +52,7 @@ from operations import (
     write_chunks,
 )
 
+from .._guard import Enforcement
 from ._output import CommandOutput
 from ._runs import Runs
 
@@ -129,13 +130,30 @@ def broker_version() -> str:
         return "0+unknown"
 
 
-def capabilities_of(backend: Backend, sandbox_active: bool | None = None) -> dict[str, Any]:
+def capabilities_of(backend: Backend, enforcement: Enforcement | None = None) -> dict[str, Any]:
     """What ``Capabilities`` reports: the backend's own facts (``backend.capabilities()``, if
-    it has one), and whether the policy's sandbox is active when the broker knows it."""
+    it has one), with the limits the broker's policy adds when ``enforcement`` guards it.
+
+    The policy's read limit narrows the core's; its write, output and timeout limits are the
+    guard's alone. A backend that does not say whether commands are sandboxed is reported as
+    the policy's sandbox says.
+    """
     describe = getattr(backend, "capabilities", None)
     info = dict(describe() if callable(describe) else {})
-    if sandbox_active is not None:
-        info["sandbox"] = sandbox_active
+    if enforcement is None:
+        return info
+    policy = enforcement.policy
+    limits = dict(info.get("limits") or {})
+    core_read = limits.get("max_read_bytes")
+    limits["max_read_bytes"] = (
+        policy.max_read_bytes if core_read is None else min(core_read, policy.max_read_bytes)
+    )
+    limits["max_write_bytes"] = policy.max_write_bytes
+    limits["max_output_bytes"] = policy.exec.max_output_bytes
+    limits["default_timeout"] = policy.exec.default_timeout
+    limits["max_timeout"] = policy.exec.max_timeout
+    info["limits"] = limits
+    info.setdefault("command_sandbox", enforcement.sandbox_active)
     return info
 
 
@@ -198,8 +216,8 @@ class Service:
     Args:
         version: reported by ``Capabilities``.
         root: the workspace root, reported by ``Capabilities``.
-        info: what ``Capabilities`` reports about the backend (``resolver``, ``cgroup_kill``,
-            ``sandbox``, ``powershell``, ``limits``).
+        info: what ``Capabilities`` reports about the backend (:func:`capabilities_of`: the
+            keys of ``Broker.capabilities()``).
         read_chunk_bytes: the size of ReadFile's pieces, at most ``CHUNK_BYTES`` (a transport
             picks the size whose messages fit its packets).
         output_event_bytes: the most output one ExecEvent carries (what fits one message).

@@ -117,8 +117,7 @@ class BrokerServicer(pb_grpc.BrokerServicer):
         self._backend = backend
         self._enforcement = enforcement
         if info is None:
-            active = None if enforcement is None else enforcement.sandbox_active
-            info = capabilities_of(backend, active)
+            info = capabilities_of(backend, enforcement)
         self.service = Service(version=version, root=backend.root, info=info)
 
     def _ops(self, context: Context, principal: str) -> Backend:

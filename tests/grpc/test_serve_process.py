@@ -28,9 +28,9 @@ async def test_serve_process_serves_and_stops_cleanly(tmp_path: Path) -> None:
         assert f"opsbroker: token file: {tokens}" in served.lines
         async with connect(f"grpc://{served.address}", token=_token(tokens)) as ops:
             assert ops.root == str(root)
-            caps = ops.capabilities
-            assert caps.resolver in ("openat2", "walk") and caps.version
-            assert caps.limits.chunk_bytes == 256 * 1024
+            caps = ops.capabilities()
+            assert caps["resolver"] in ("openat2", "walk") and ops.version
+            assert caps["limits"]["chunk_bytes"] == 256 * 1024
             assert await ops.read_file(f"{root}/hello.txt") == b"hi\n"
             out: list[bytes] = []
             result = await ops.exec("echo $((6*7))", ops.root, on_data=out.append)

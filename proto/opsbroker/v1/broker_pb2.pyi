@@ -371,23 +371,35 @@ class CapabilitiesRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class Limits(_message.Message):
-    __slots__ = ("max_read_bytes", "max_write_bytes", "max_output_bytes", "default_timeout", "max_timeout", "chunk_bytes")
+    __slots__ = ("max_read_bytes", "max_write_bytes", "max_output_bytes", "default_timeout", "max_timeout", "chunk_bytes", "pids_max", "memory_max", "max_processes_per_principal", "max_processes", "ring_bytes", "max_process_lifetime")
     MAX_READ_BYTES_FIELD_NUMBER: _ClassVar[int]
     MAX_WRITE_BYTES_FIELD_NUMBER: _ClassVar[int]
     MAX_OUTPUT_BYTES_FIELD_NUMBER: _ClassVar[int]
     DEFAULT_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     MAX_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     CHUNK_BYTES_FIELD_NUMBER: _ClassVar[int]
+    PIDS_MAX_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_MAX_FIELD_NUMBER: _ClassVar[int]
+    MAX_PROCESSES_PER_PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    MAX_PROCESSES_FIELD_NUMBER: _ClassVar[int]
+    RING_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MAX_PROCESS_LIFETIME_FIELD_NUMBER: _ClassVar[int]
     max_read_bytes: int
     max_write_bytes: int
     max_output_bytes: int
     default_timeout: float
     max_timeout: float
     chunk_bytes: int
-    def __init__(self, max_read_bytes: _Optional[int] = ..., max_write_bytes: _Optional[int] = ..., max_output_bytes: _Optional[int] = ..., default_timeout: _Optional[float] = ..., max_timeout: _Optional[float] = ..., chunk_bytes: _Optional[int] = ...) -> None: ...
+    pids_max: int
+    memory_max: int
+    max_processes_per_principal: int
+    max_processes: int
+    ring_bytes: int
+    max_process_lifetime: float
+    def __init__(self, max_read_bytes: _Optional[int] = ..., max_write_bytes: _Optional[int] = ..., max_output_bytes: _Optional[int] = ..., default_timeout: _Optional[float] = ..., max_timeout: _Optional[float] = ..., chunk_bytes: _Optional[int] = ..., pids_max: _Optional[int] = ..., memory_max: _Optional[int] = ..., max_processes_per_principal: _Optional[int] = ..., max_processes: _Optional[int] = ..., ring_bytes: _Optional[int] = ..., max_process_lifetime: _Optional[float] = ...) -> None: ...
 
 class CapabilitiesReply(_message.Message):
-    __slots__ = ("version", "root", "resolver", "cgroup_kill", "sandbox", "limits", "powershell")
+    __slots__ = ("version", "root", "resolver", "cgroup_kill", "sandbox", "limits", "powershell", "search", "tracking", "openat2_available", "landlock_abi")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     ROOT_FIELD_NUMBER: _ClassVar[int]
     RESOLVER_FIELD_NUMBER: _ClassVar[int]
@@ -395,6 +407,10 @@ class CapabilitiesReply(_message.Message):
     SANDBOX_FIELD_NUMBER: _ClassVar[int]
     LIMITS_FIELD_NUMBER: _ClassVar[int]
     POWERSHELL_FIELD_NUMBER: _ClassVar[int]
+    SEARCH_FIELD_NUMBER: _ClassVar[int]
+    TRACKING_FIELD_NUMBER: _ClassVar[int]
+    OPENAT2_AVAILABLE_FIELD_NUMBER: _ClassVar[int]
+    LANDLOCK_ABI_FIELD_NUMBER: _ClassVar[int]
     version: str
     root: str
     resolver: str
@@ -402,7 +418,11 @@ class CapabilitiesReply(_message.Message):
     sandbox: bool
     limits: Limits
     powershell: bool
-    def __init__(self, version: _Optional[str] = ..., root: _Optional[str] = ..., resolver: _Optional[str] = ..., cgroup_kill: _Optional[bool] = ..., sandbox: _Optional[bool] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., powershell: _Optional[bool] = ...) -> None: ...
+    search: str
+    tracking: str
+    openat2_available: bool
+    landlock_abi: int
+    def __init__(self, version: _Optional[str] = ..., root: _Optional[str] = ..., resolver: _Optional[str] = ..., cgroup_kill: _Optional[bool] = ..., sandbox: _Optional[bool] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., powershell: _Optional[bool] = ..., search: _Optional[str] = ..., tracking: _Optional[str] = ..., openat2_available: _Optional[bool] = ..., landlock_abi: _Optional[int] = ...) -> None: ...
 
 class ErrorDetail(_message.Message):
     __slots__ = ("code", "op", "path", "reason", "rule")

@@ -32,9 +32,11 @@ from . import broker_pb2 as pb
 __all__ = [
     "CHUNK_BYTES",
     "ERROR_METADATA_KEY",
+    "LIMIT_KEYS",
     "LIST_BATCH_BYTES",
     "MAX_MESSAGE_BYTES",
     "batches",
+    "capabilities_from_wire",
     "capabilities_to_wire",
     "chunk_data_view",
     "chunks",
@@ -277,19 +279,51 @@ def batches(items: Iterable[T], name: Callable[[T], str] = str) -> Iterator[list
         yield batch
 
 
+LIMIT_KEYS: tuple[str, ...] = tuple(pb.Limits.DESCRIPTOR.fields_by_name)
+"""The keys of a capabilities dict's ``limits``: the fields of ``Limits``, ``None`` for "no limit"."""
+
+
 def capabilities_to_wire(version: str, root: str, info: Mapping[str, Any]) -> pb.CapabilitiesReply:
-    """The Capabilities reply from what a backend reports about itself (``capabilities()``:
-    ``resolver``, ``cgroup_kill``, ``sandbox``, ``powershell``, ``limits``)."""
+    """The Capabilities reply from what a backend reports about itself (``capabilities()``).
+
+    ``info`` has the keys :func:`capabilities_from_wire` returns; ``command_sandbox`` travels as
+    ``sandbox``. A limit that is ``None`` or missing is left unset ("no limit"); ``chunk_bytes``
+    is :data:`CHUNK_BYTES`, the most any message carries on every transport.
+    """
     limits = pb.Limits(chunk_bytes=CHUNK_BYTES)
     for key, value in dict(info.get("limits") or {}).items():
-        if value is not None and key in pb.Limits.DESCRIPTOR.fields_by_name:
+        if value is not None and key in LIMIT_KEYS and key != "chunk_bytes":
             setattr(limits, key, value)
     return pb.CapabilitiesReply(
         version=version,
         root=root,
         resolver=str(info.get("resolver", "")),
+        openat2_available=bool(info.get("openat2_available", False)),
+        search=str(info.get("search", "")),
+        tracking=str(info.get("tracking", "")),
         cgroup_kill=bool(info.get("cgroup_kill", False)),
-        sandbox=bool(info.get("sandbox", False)),
+        sandbox=bool(info.get("command_sandbox", False)),
+        landlock_abi=int(info.get("landlock_abi", 0)),
         powershell=bool(info.get("powershell", False)),
         limits=limits,
     )
+
+
+def capabilities_from_wire(reply: pb.CapabilitiesReply) -> dict[str, Any]:
+    """A Capabilities reply as the dict a local backend's ``capabilities()`` returns: the same
+    keys (``version`` and ``root`` are not among them), an unset limit as ``None``."""
+    limits = reply.limits
+    return {
+        "resolver": reply.resolver,
+        "openat2_available": reply.openat2_available,
+        "search": reply.search,
+        "tracking": reply.tracking,
+        "cgroup_kill": reply.cgroup_kill,
+        "command_sandbox": reply.sandbox,
+        "landlock_abi": reply.landlock_abi,
+        "powershell": reply.powershell,
+        "limits": {
+            key: getattr(limits, key) if key == "chunk_bytes" or limits.HasField(key) else None
+            for key in LIMIT_KEYS
+        },
+    }
