@@ -67,6 +67,7 @@ class Rig:
     sshd_port: int = 0  # 0 when no sshd could start
     grpc_url: str = ""
     token: str = ""
+    ssh_addr: str = ""
 
 
 def _free_port() -> int:
@@ -194,7 +195,7 @@ async def _rig() -> AsyncIterator[Rig]:
         yield Rig(
             tmp, root, ssh_backend, grpc_backend, openssh, sftp,
             broker_pid=broker.pid, sshd_port=sshd_port, grpc_url=f"grpc://{grpc_addr}",
-            token=token,
+            token=token, ssh_addr=ssh_addr,
         )  # fmt: skip
     finally:
         await stack.aclose()
@@ -618,8 +619,9 @@ def peers() -> None:
 # --- how cost grows ------------------------------------------------------------------------------
 
 RUNNING = (1, 16, 64, 256)  # commands already running when exec latency is measured
-IDLE_CONNECTIONS = 32  # extra connections opened to measure the broker's memory per connection
+IDLE_CONNECTIONS = 64  # extra connections opened to measure the broker's memory per connection
 GROWTH_CALLS = 50
+SETTLE_S = 0.5  # after opening connections, before reading the broker's RSS (its threads settle)
 
 
 def _rss(pid: int) -> int:
@@ -627,15 +629,104 @@ def _rss(pid: int) -> int:
         return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
 
 
+def _sockets(pid: int) -> int:
+    """How many sockets the broker holds: one more per connection a client really opened."""
+    count = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(OSError):
+            count += os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:")
+    return count
+
+
+@contextlib.asynccontextmanager
+async def _idle_grpc(rig: Rig, n: int) -> AsyncIterator[None]:
+    """``n`` gRPC channels, each on a TCP connection of its own, each authenticated by one call.
+
+    grpc shares one subchannel (one TCP connection) among the channels of a process that have
+    the same target and arguments, so :func:`connect` called ``n`` times opens *one* connection:
+    the broker then sees a single client. A local subchannel pool per channel gives each its own.
+    """
+    import grpc.aio
+    from opsbroker.v1 import broker_pb2 as pb
+    from opsbroker.v1 import broker_pb2_grpc as pb_grpc
+
+    target = rig.grpc_url.removeprefix("grpc://")
+    channels = [
+        grpc.aio.insecure_channel(target, options=[("grpc.use_local_subchannel_pool", 1)])
+        for _ in range(n)
+    ]
+    try:
+        for channel in channels:
+            stub = pb_grpc.BrokerStub(channel)  # type: ignore[no-untyped-call]
+            await stub.Capabilities(
+                pb.CapabilitiesRequest(), metadata=(("authorization", f"Bearer {rig.token}"),)
+            )
+        yield
+    finally:
+        for channel in channels:
+            await channel.close()
+
+
+@contextlib.asynccontextmanager
+async def _idle_ssh(rig: Rig, n: int) -> AsyncIterator[None]:
+    """``n`` SSH connections to the broker, each authenticated, with no channel open."""
+    host, port = rig.ssh_addr.rsplit(":", 1)
+    keys = rig.tmp / "keys"
+    conns = []
+    try:
+        for _ in range(n):
+            conn = await asyncssh.connect(
+                host, int(port), username="bench", client_keys=[str(keys / "client")],
+                known_hosts=str(rig.tmp / "broker_known_hosts"),
+            )  # fmt: skip
+            conns.append(conn)
+        yield
+    finally:
+        for conn in conns:
+            conn.close()
+            await conn.wait_closed()
+
+
+async def _per_connection(
+    rig: Rig, opened: Callable[[Rig, int], contextlib.AbstractAsyncContextManager[None]]
+) -> tuple[float, int]:
+    """The broker's RSS growth per idle connection, and how many sockets it gained for them.
+
+    Two batches of :data:`IDLE_CONNECTIONS` are opened and the second one's growth is the
+    figure: the first may partly fit in heap the broker had already freed (a first batch alone
+    reads low, down to 0), the second pays for its own memory.
+    """
+    pid = rig.broker_pid
+    sockets = _sockets(pid)
+    async with opened(rig, IDLE_CONNECTIONS):
+        await asyncio.sleep(SETTLE_S)
+        before = _rss(pid)
+        async with opened(rig, IDLE_CONNECTIONS):
+            await asyncio.sleep(SETTLE_S)
+            per = (_rss(pid) - before) / IDLE_CONNECTIONS
+            gained = _sockets(pid) - sockets
+    for _ in range(int(START_TIMEOUT_S / 0.05)):  # the broker closes its ends a moment later
+        if _sockets(pid) <= sockets:
+            break
+        await asyncio.sleep(0.05)
+    return per, gained
+
+
 @benchmark
 def cost_growth() -> None:
     """``exec true`` latency over gRPC and SSH with 1-256 commands already running in the broker,
-    and the broker's RSS per running command and per idle connection, as a table."""
+    and the broker's RSS per running command and per idle gRPC and SSH connection, as a table.
+
+    The memory figures are RSS deltas of the broker process; connections are measured first, on
+    a broker that has not yet served the running commands (whose freed heap would absorb them).
+    """
     from operations import AbortController
 
     async def run() -> None:
         async with _rig() as rig:
             root, pid = str(rig.root), rig.broker_pid
+            per_grpc, grpc_sockets = await _per_connection(rig, _idle_grpc)
+            per_ssh, ssh_sockets = await _per_connection(rig, _idle_ssh)
             rows = []
             for n in RUNNING:
                 controllers = [AbortController() for _ in range(n)]
@@ -665,18 +756,6 @@ def cost_growth() -> None:
                     c.abort()
                 await asyncio.gather(*tasks, return_exceptions=True)
                 rows.append((n, *cells, per_command))
-            before = _rss(pid)
-            extra = []
-            try:
-                for _ in range(IDLE_CONNECTIONS):
-                    ops = await connect(rig.grpc_url, token=rig.token).open()  # type: ignore[attr-defined]
-                    extra.append(ops)
-                    await ops.exists(root)  # the connection is up and authenticated
-                await asyncio.sleep(0.5)
-                per_connection = (_rss(pid) - before) / IDLE_CONNECTIONS
-            finally:
-                for ops in extra:
-                    await ops.aclose()
         print("cost_growth: exec true (median) with N commands already running", flush=True)
         print("| running | gRPC | SSH | broker RSS per running command |")
         print("|---:|---:|---:|---:|")
@@ -687,11 +766,213 @@ def cost_growth() -> None:
                 f" | {per / 1024:.0f} KiB |"
             )
         print(
-            f"cost_growth: broker RSS per idle gRPC connection {per_connection / 1024:.0f} KiB "
-            f"({IDLE_CONNECTIONS} channels; grpc may share one TCP connection among the channels of "
-            "one client process, so this is a lower bound)",
+            f"cost_growth: broker RSS per idle connection: gRPC {per_grpc / 1024:.0f} KiB "
+            f"(the second {IDLE_CONNECTIONS} channels of {grpc_sockets}, one socket each), SSH "
+            f"{per_ssh / 1024:.0f} KiB (the second {IDLE_CONNECTIONS} connections of {ssh_sockets})",
             flush=True,
         )
+
+    asyncio.run(run())
+
+
+TREE_SIZES = (10_000, 100_000, 1_000_000)  # files in the tree read and searched
+TREE_FANOUT = 1000  # files per directory (directories are two levels deep)
+TREE_BUILD_BUDGET_S = 240.0  # a size whose build would pass this (at the rate so far) is cut
+TREE_CALLS = 100  # reads per figure
+TREE_SEARCHES = 3  # searches per figure (the median is kept)
+NEEDLE = "opsbroker-needle"
+
+
+def _grow_tree(base: Path, have: int, want: int) -> None:
+    """Files ``have .. want-1`` of the tree, ``dA/dB/fC``: in each directory, one file of two
+    lines and hard links to it (a link costs the file system a sixth of a new file with data, and
+    every path is still opened and read by a search); the last file is a file of its own holding
+    :data:`NEEDLE`, the one match of the search."""
+    for i in range(have, want):
+        path = _tree_file(base, i)
+        if i % TREE_FANOUT == 0:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(f"line one of {i}\nline two\n")
+        else:
+            os.link(_tree_file(base, i - i % TREE_FANOUT), path)
+    if have:  # the previous needle is no longer the last file: one match per tree
+        _tree_file(base, have - 1).unlink()
+        os.link(_tree_file(base, have - have % TREE_FANOUT), _tree_file(base, have - 1))
+    needle = _tree_file(base, want - 1)
+    needle.unlink()
+    needle.write_text(f"line one of {want - 1}\n{NEEDLE}\n")
+
+
+def _tree_file(base: Path, i: int) -> Path:
+    return base / f"d{i // TREE_FANOUT**2:03d}" / f"d{i // TREE_FANOUT:05d}" / f"f{i:07d}"
+
+
+@benchmark
+def tree_growth() -> None:
+    """Read (4 KiB, median) and search (one match, median) latency over gRPC and SSH with a tree
+    of 10k, 100k and 1M files in the root; search beside ``rg`` run directly on the same tree.
+
+    The tree is built once, growing from one size to the next; a size whose build would not fit
+    :data:`TREE_BUILD_BUDGET_S` at the rate measured so far is cut, and the line says so.
+    """
+
+    assert all(size % TREE_FANOUT == 0 for size in TREE_SIZES)  # whole directories
+
+    async def run() -> None:
+        async with _rig() as rig:
+            base, small = rig.root / "tree", str(rig.root / "file4k")
+            rg = shutil.which("rg") or str(Path(sys.executable).parent / "rg")
+            have, built_s, rows = 0, 0.0, []
+            for size in TREE_SIZES:
+                if have and built_s / have * (size - have) > TREE_BUILD_BUDGET_S - built_s:
+                    print(
+                        f"tree_growth: {size} files cut: building them would take about "
+                        f"{built_s / have * size:.0f} s (budget {TREE_BUILD_BUDGET_S:.0f} s)",
+                        flush=True,
+                    )
+                    break
+                start = time.perf_counter()
+                await asyncio.to_thread(_grow_tree, base, have, size)
+                built_s += time.perf_counter() - start
+                have = size
+                cells = []
+                for backend in (rig.grpc_backend, rig.ssh_backend):
+
+                    async def search(b: Backend = backend) -> None:
+                        found = [m async for m in b.search(NEEDLE, str(base), literal=True)]
+                        assert len(found) == 1, found
+
+                    cells.append(
+                        await _median_call(lambda b=backend: b.read_file(small), TREE_CALLS)
+                    )
+                    cells.append(await _median_call(search, TREE_SEARCHES))
+                local = (
+                    await _median_process(
+                        [rg, "-F", "--no-config", NEEDLE, str(base)], TREE_SEARCHES
+                    )
+                    if os.path.exists(rg)  # noqa: ASYNC240 (set-up)
+                    else float("nan")
+                )
+                rows.append((size, *cells, local))
+        print("tree_growth: median read 4 KiB and search (one match) with N files in the root")
+        print("| files | read gRPC | read SSH | search gRPC | search SSH | rg alone |")
+        print("|---:|---:|---:|---:|---:|---:|")
+        first = rows[0]
+        for size, rd_g, se_g, rd_s, se_s, local in rows:
+            print(
+                f"| {size} | {_ms(rd_g)} ({rd_g / first[1]:.2f}x) | {_ms(rd_s)} "
+                f"({rd_s / first[3]:.2f}x) | {_ms(se_g)} ({se_g / local:.2f}x of rg) | "
+                f"{_ms(se_s)} ({se_s / local:.2f}x of rg) | {_ms(local)} |",
+                flush=True,
+            )
+
+    asyncio.run(run())
+
+
+CPU_CALLS = 300  # sequential execs per CPU figure
+CPU_GOAL_S = 0.7e-3  # broker CPU per exec("true") to reach (issue 20)
+
+
+def _thread_cpu(pid: int) -> float:
+    """CPU seconds the process's live threads have run (``schedstat``: ns, not clock ticks)."""
+    total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{task}/schedstat") as f:
+            total += int(f.read().split()[0])
+    return total / 1e9
+
+
+def _reaped_cpu(pid: int) -> float:
+    """CPU seconds of the process's reaped children (``cutime + cstime``): the commands' shells."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class _Cpu:
+    """CPU seconds per command of the broker, its shells and the client, over one workload."""
+
+    broker: float
+    shells: float
+    client: float
+    wall: float
+
+    @property
+    def total(self) -> float:
+        return self.broker + self.shells + self.client
+
+
+async def _cpu_of(pid: int, workload: Callable[[], Awaitable[object]], n: int) -> _Cpu:
+    """Run ``workload`` (``n`` commands) and split the CPU it cost by process."""
+    await workload()  # warm up (channels, cgroups), then measure a second run
+    cpu = (_thread_cpu(pid), _reaped_cpu(pid), time.process_time(), time.perf_counter())
+    await workload()
+    after = (_thread_cpu(pid), _reaped_cpu(pid), time.process_time(), time.perf_counter())
+    broker, shells, client, wall = ((b - a) / n for a, b in zip(cpu, after, strict=True))
+    return _Cpu(broker, shells, client, wall)
+
+
+@benchmark
+def exec_cpu() -> None:
+    """Broker CPU per ``exec("true")`` over gRPC and SSH (its own threads, without the shells,
+    which are reaped children), beside the shells' and the client's; then the same split with
+    16 commands in flight, against 16 local ``bash -c true`` started by this process.
+
+    On a 2-core machine 16 commands in flight keep both cores busy, so their throughput is set
+    by the CPU each command costs in all processes together: the CPU ratio to local bash is the
+    ceiling of the throughput ratio.
+    """
+
+    async def run() -> None:
+        async with _rig() as rig:
+            root, pid = str(rig.root), rig.broker_pid
+            for name, backend in (("gRPC", rig.grpc_backend), ("SSH", rig.ssh_backend)):
+
+                async def true(b: Backend = backend) -> None:
+                    await b.exec("true", root, on_data=lambda _: None)
+
+                async def sequential() -> None:
+                    for _ in range(CPU_CALLS):
+                        await true()
+
+                async def concurrent() -> None:
+                    await _concurrent(true)
+
+                one = await _cpu_of(pid, sequential, CPU_CALLS)
+                print(
+                    f"exec_cpu exec true [{name}]: broker {_ms(one.broker)} per exec "
+                    f"({one.broker / CPU_GOAL_S:.2f}x of the {_ms(CPU_GOAL_S)} goal); shells "
+                    f"{_ms(one.shells)}, client {_ms(one.client)}, wall {_ms(one.wall)}",
+                    flush=True,
+                )
+                many = await _cpu_of(pid, concurrent, CONCURRENCY * CONCURRENT_ROUNDS)
+                print(
+                    f"exec_cpu {CONCURRENCY} concurrent [{name}]: CPU per command "
+                    f"{_ms(many.total)} = broker {_ms(many.broker)} + shells {_ms(many.shells)} + "
+                    f"client {_ms(many.client)}; {1 / many.wall:.0f}/s",
+                    flush=True,
+                )
+
+            async def local() -> None:
+                await _concurrent(lambda: _process(["bash", "-c", "true"]))
+
+            n = CONCURRENCY * CONCURRENT_ROUNDS
+            await local()
+            before = (os.times(), time.perf_counter())
+            await local()
+            after = (os.times(), time.perf_counter())
+            own = (after[0].user + after[0].system - before[0].user - before[0].system) / n
+            shells = (
+                after[0].children_user + after[0].children_system
+                - before[0].children_user - before[0].children_system
+            ) / n  # fmt: skip
+            print(
+                f"exec_cpu {CONCURRENCY} concurrent [local bash -c true]: CPU per command "
+                f"{_ms(own + shells)} = shells {_ms(shells)} + parent {_ms(own)}; "
+                f"{n / (after[1] - before[1]):.0f}/s",
+                flush=True,
+            )
 
     asyncio.run(run())
 
