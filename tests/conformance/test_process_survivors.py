@@ -1,0 +1,70 @@
+"""Zero survivors on every backend: a started process from the escape catalogue (``setsid``,
+double fork, ``nohup``, ignoring SIGTERM) leaves nothing behind once ``kill``, its lifetime or
+its idle timeout has ended it.
+
+On a disk backend survivors are counted by scanning ``/proc`` for an environment marker the
+test gave the command, never by asking the backend; on the memory backend (scripted processes)
+nothing may be left running in ``list_processes()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from operations import KillReason, ProcessOperations, ProcessState
+from tests.broker._procscan import MARK_VAR, kill_pids, new_marker, survivors
+from tests.conformance._commands import ESCAPES
+from tests.conformance._workspace import DiskWorkspace, Workspace
+from tests.ssh._procs import wait_for
+
+WAIT_S = 30.0  # every wait here is bounded; generous, the machine is shared
+ENDINGS = {
+    "kill": KillReason.KILLED,
+    "timeout": KillReason.TIMEOUT,
+    "idle_timeout": KillReason.IDLE_TIMEOUT,
+}
+
+
+def processes(ws: Workspace) -> ProcessOperations:
+    found = ws.ops.processes  # type: ignore[attr-defined]
+    assert isinstance(found, ProcessOperations)
+    return found
+
+
+async def until_started(procs: ProcessOperations, id: str) -> None:
+    seen = b""
+    async with asyncio.timeout(WAIT_S):
+        async for output in procs.attach(id):
+            seen += output.data
+            if b"started" in seen:
+                return
+    raise AssertionError(f"{id} ended without saying started: {seen!r}")
+
+
+@pytest.mark.parametrize("ending", sorted(ENDINGS))
+@pytest.mark.parametrize("escape", sorted(ESCAPES))
+async def test_nothing_survives(ws: Workspace, escape: str, ending: str) -> None:
+    procs = processes(ws)
+    marker = new_marker()
+    on_disk = isinstance(ws, DiskWorkspace)
+    options = {} if ending == "kill" else {ending: 0.5}
+    try:
+        info = await procs.start(ESCAPES[escape], ws.root, env={MARK_VAR: marker}, **options)  # type: ignore[arg-type]
+        await until_started(procs, info.id)
+        if on_disk:  # the leader and the child that tries to escape
+            assert await wait_for(lambda: len(survivors(marker)) >= 2, WAIT_S), survivors(marker)
+        async with asyncio.timeout(WAIT_S):
+            end = await (procs.kill(info.id) if ending == "kill" else procs.wait(info.id))
+        assert (end.state, end.kill_reason, end.exit_code) == (
+            ProcessState.KILLED,
+            ENDINGS[ending],
+            None,
+        )
+        assert [p.id for p in await procs.list_processes() if p.running] == []
+        if on_disk:
+            assert await wait_for(lambda: survivors(marker) == [], WAIT_S), survivors(marker)
+    finally:
+        if on_disk:
+            kill_pids(survivors(marker))
