@@ -195,6 +195,9 @@ class Broker:
             (``pids_max``, ``memory_max``, ``kill_grace``); ``None`` uses its defaults.
         process_policy: the policy's ``[process]`` table, for processes that outlive a call
             (:attr:`processes`); ``None`` uses its defaults.
+        use_cgroups: how command trees are tracked: ``None`` detects (cgroup v2 where
+            writable), ``False`` forces the ``/proc`` fallback (tests run both), ``True``
+            requires cgroups (see :class:`~broker._process.ProcessManager`).
     """
 
     def __init__(
@@ -208,8 +211,10 @@ class Broker:
         sandbox: Ruleset | None = None,
         exec_policy: ExecPolicy | None = None,
         process_policy: ProcessPolicy | None = None,
+        use_cgroups: bool | None = None,
     ) -> None:
         self._root = Root(root, strategy=resolver)
+        self._use_cgroups = use_cgroups
         self._exec_policy = exec_policy if exec_policy is not None else ExecPolicy()
         self._sandbox = sandbox
         self._max_read = max_read_bytes
@@ -686,6 +691,7 @@ class Broker:
             spec = self._exec_policy
             self._processes = ProcessManager(
                 sandbox=self._sandbox,
+                use_cgroups=self._use_cgroups,
                 pids_max=spec.pids_max,
                 memory_max=spec.memory_max,
                 kill_grace=spec.kill_grace,

@@ -18,6 +18,12 @@ The rules are the broker core's: ids ``p-`` and 12 hex digits; a process is seen
 total, lifetime, idle timeout, ring, retention) in virtual seconds; ``kill``, the timeouts and
 ``aclose`` end a process with ``KillReason.KILLED``, ``TIMEOUT``/``IDLE_TIMEOUT`` and
 ``SHUTDOWN``. All output is ``Stream.STDOUT`` (a handler has one output).
+
+A process started with ``pty=`` sees its size in ``ctx.terminal`` (``resize`` changes it and sends
+``SIGWINCH``) and behaves as on a cooked terminal, so its bytes match a real PTY's: output leaves
+with every ``\n`` as ``\r\n`` (``onlcr``) and what ``write_stdin`` sends is echoed. The
+terminal's special characters are not interpreted: ``signal`` and ``close_stdin`` stand for
+``^C`` and ``^D``.
 """
 
 from __future__ import annotations
@@ -80,6 +86,8 @@ class _Process:
     task: asyncio.Task[None] | None = None
 
     def output(self, data: bytes) -> None:
+        if self.info.pty is not None:
+            data = data.replace(b"\n", b"\r\n")  # a terminal's onlcr
         self.ring.append(data)
         self.info = replace(self.info, bytes_out=self.ring.end)
         self.last_output = asyncio.get_running_loop().time()
@@ -195,8 +203,8 @@ class MemoryProcesses:
             raise PolicyDenied(
                 op,
                 cwd,
-                f"{mine} processes of this caller are running, the most allowed; "
-                "kill one with kill(id) or wait for one to end",
+                f"{mine} processes are running for this principal, the most it may have; "
+                "kill one (kill_process) or wait for one to end, then start again",
                 rule=f"process.max_per_principal: {limit}",
             )
         total, limit = self._running(everyone=True), self.policy.max_total
@@ -204,8 +212,8 @@ class MemoryProcesses:
             raise PolicyDenied(
                 op,
                 cwd,
-                f"{total} processes are running, the most the backend allows; "
-                "kill one with kill(id) or wait for one to end",
+                f"{total} processes are running on this broker, the most it may have; "
+                "kill one (kill_process) or wait for one to end, then start again",
                 rule=f"process.max_total: {limit}",
             )
 
@@ -315,6 +323,8 @@ class MemoryProcesses:
         except InvalidArgument as error:
             self._record(op, id, error.code, f"{len(data)} bytes")
             raise
+        if process.info.pty is not None and data:
+            process.output(data)  # the terminal echoes its input
         self._record(op, id, "ok", f"{len(data)} bytes")
 
     async def close_stdin(self, id: str, *, owner: str | None = None) -> None:

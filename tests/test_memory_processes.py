@@ -320,7 +320,7 @@ async def test_kill_ends_the_process_and_an_ended_one_is_returned_as_it_is() -> 
 async def test_limits_per_principal_and_in_total() -> None:
     ops = backend(max_per_principal=2, max_total=3)
     alice = [await ops.processes.start("serve", ROOT, owner="alice") for _ in range(2)]
-    with pytest.raises(PolicyDenied, match=r"kill\(id\)") as denied:
+    with pytest.raises(PolicyDenied, match=r"kill one \(kill_process\)") as denied:
         await ops.processes.start("serve", ROOT, owner="alice")
     assert denied.value.rule == "process.max_per_principal: 2"
     assert denied.value.op == "start_process" and denied.value.path == ROOT

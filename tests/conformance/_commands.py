@@ -8,6 +8,7 @@ reproduce bash's output byte for byte.
 from __future__ import annotations
 
 import re
+import signal
 
 from operations import CommandContext, CommandRunner
 
@@ -26,6 +27,19 @@ ENV_VAR = "OPSBROKER_TEST_VAR"
 
 NEVER_ENDS = 30.0
 """Seconds the sleeping commands last: far beyond any timeout a test uses."""
+
+ON_A_TERMINAL = "tty; stty size; read line; stty size"
+"""On a PTY: the terminal's name, its size, then (after a line of input) its size again."""
+
+ESCAPES = {
+    "setsid": "setsid sleep 30 & echo started; sleep 30",
+    "double_fork": "( ( sleep 30 & ) & ); echo started; sleep 30",
+    "nohup": "nohup sleep 30 >/dev/null 2>&1 & echo started; sleep 30",
+    "ignores_term": "trap '' TERM; ( trap '' TERM; sleep 30 ) & echo started; sleep 30",
+}
+"""The escape catalogue for started processes: each leaves a child that tries to outlive its
+tree (its own session, an orphan of a double fork, ``nohup``, one that ignores SIGTERM), says
+``started`` and sleeps."""
 
 
 def register_standard_commands(runner: CommandRunner) -> None:
@@ -67,6 +81,31 @@ def register_standard_commands(runner: CommandRunner) -> None:
             await ctx.emit(chunk)
         return 0
 
+    async def on_a_terminal(ctx: CommandContext) -> int:
+        size = ctx.terminal
+        if size is None:
+            await ctx.emit(b"not a tty\n")
+            return 1
+        await ctx.emit(b"/dev/pts/0\n")
+        await ctx.emit(f"{size.rows} {size.cols}\n")
+        line = b""
+        while b"\n" not in line:
+            piece = await ctx.read()
+            if not piece:
+                break
+            line += piece
+        size = ctx.terminal
+        assert size is not None
+        await ctx.emit(f"{size.rows} {size.cols}\n")
+        return 0
+
+    async def escape(ctx: CommandContext) -> int:
+        if "trap" in ctx.command:
+            ctx.trap(signal.SIGTERM)
+        await ctx.emit(b"started\n")
+        await ctx.sleep(NEVER_ENDS)
+        return 0
+
     runner.register(ECHO_HI, echo_hi)
     runner.register(re.compile(r"exit (\d+)"), lambda ctx: int(ctx.match[1]) if ctx.match else 0)
     runner.register(SLEEP, sleep)
@@ -76,3 +115,6 @@ def register_standard_commands(runner: CommandRunner) -> None:
     runner.register(ECHO_ENV, echo_env)
     runner.register(OUT_AND_ERR, out_and_err)
     runner.register(re.compile(r"seq 1 (\d+)"), seq)
+    runner.register(ON_A_TERMINAL, on_a_terminal)
+    for command in ESCAPES.values():
+        runner.register(command, escape)

@@ -7,6 +7,7 @@ core behind gRPC and SSH.
 from __future__ import annotations
 
 import asyncio
+import re
 import signal
 
 import pytest
@@ -17,8 +18,9 @@ from operations import (
     NotFound,
     ProcessOperations,
     ProcessState,
+    PtySize,
 )
-from tests.conformance._commands import ECHO_HI, SEQ, SLEEP, START_THEN_SLEEP
+from tests.conformance._commands import ECHO_HI, ON_A_TERMINAL, SEQ, SLEEP, START_THEN_SLEEP
 from tests.conformance._workspace import Workspace
 
 WAIT_S = 20.0  # every wait here is bounded
@@ -136,3 +138,40 @@ async def test_bad_requests(ws: Workspace) -> None:
             await procs.start(ECHO_HI, ws.root, timeout=0)
     finally:
         await procs.kill(info.id)
+
+
+async def test_a_pty_is_a_terminal_that_follows_resize(ws: Workspace) -> None:
+    """``tty`` names a terminal, ``stty size`` reports the size started with and then the
+    resize; the bytes are a cooked terminal's (CR LF line ends, input echoed)."""
+    procs = processes(ws)
+    info = await procs.start(ON_A_TERMINAL, ws.root, pty=PtySize(cols=91, rows=27))
+    assert info.pty == PtySize(91, 27)
+    seen = bytearray()
+    async with asyncio.timeout(WAIT_S):
+        async for output in procs.attach(info.id):
+            seen += output.data
+            if b"27 91\r\n" in seen:
+                break
+    await procs.resize(info.id, 120, 40)
+    await procs.write_stdin(info.id, b"go\n")
+    async with asyncio.timeout(WAIT_S):
+        end = await procs.wait(info.id)
+    assert (end.state, end.exit_code, end.pty) == (ProcessState.EXITED, 0, PtySize(120, 40))
+    whole = re.sub(rb"/dev/pts/\d+", b"/dev/pts/N", await output_of(procs, info.id))
+    assert whole == b"/dev/pts/N\r\n27 91\r\ngo\r\n40 120\r\n"
+
+
+async def test_sigint_ends_a_sleep_on_a_pty(ws: Workspace) -> None:
+    """``signal(SIGINT)`` reaches the terminal's foreground job as ``^C`` would: the sleep ends by
+    that signal, with no exit status."""
+    procs = processes(ws)
+    info = await procs.start(SLEEP, ws.root, pty=PtySize(80, 24))
+    await procs.signal(info.id, signal.SIGINT)
+    async with asyncio.timeout(WAIT_S):
+        end = await procs.wait(info.id)
+    assert (end.state, end.exit_code, end.signal, end.kill_reason) == (
+        ProcessState.EXITED,
+        None,
+        signal.SIGINT,
+        None,
+    )

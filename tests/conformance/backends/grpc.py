@@ -15,6 +15,7 @@ from pathlib import Path
 
 from agent_side import connect
 from broker import Broker, BrokerConfig, BrokerServer
+from operations import ProcessPolicy
 from tests.conformance._workspace import DiskWorkspace
 
 
@@ -28,7 +29,9 @@ def write_token_file(path: Path) -> str:
 
 
 @contextlib.asynccontextmanager
-async def open_grpc(tmp_path: Path) -> AsyncIterator[DiskWorkspace]:
+async def open_grpc(
+    tmp_path: Path, *, process_policy: ProcessPolicy | None = None
+) -> AsyncIterator[DiskWorkspace]:
     root, outside = DiskWorkspace.create_dirs(tmp_path)
     token = write_token_file(tmp_path / "tokens")
     config = BrokerConfig(
@@ -39,7 +42,7 @@ async def open_grpc(tmp_path: Path) -> AsyncIterator[DiskWorkspace]:
     )
     # The bare core, as the local variants use it (policy tests wrap the backend themselves).
     async with (
-        Broker(root) as core,
+        Broker(root, process_policy=process_policy) as core,
         BrokerServer(config, core) as server,
         connect(f"grpc://{server.addresses[0]}", token=token) as ops,
     ):
@@ -47,13 +50,21 @@ async def open_grpc(tmp_path: Path) -> AsyncIterator[DiskWorkspace]:
 
 
 @contextlib.asynccontextmanager
-async def open_serve_process(tmp_path: Path) -> AsyncIterator[DiskWorkspace]:
+async def open_serve_process(
+    tmp_path: Path, *, process_policy: ProcessPolicy | None = None
+) -> AsyncIterator[DiskWorkspace]:
     from tests.grpc._serve_process import serve_process
 
     root, outside = DiskWorkspace.create_dirs(tmp_path)
     token = write_token_file(tmp_path / "tokens")
+    extra = ["--quiet"]
+    if process_policy is not None:
+        fields = process_policy.model_dump(exclude_none=True)
+        lines = [f"{name} = {value!r}" for name, value in fields.items()]
+        (tmp_path / "policy.toml").write_text("[process]\n" + "\n".join(lines) + "\n")
+        extra += ["--policy", str(tmp_path / "policy.toml")]
     async with (
-        serve_process(Path(root), tmp_path / "tokens", "--quiet") as served,
+        serve_process(Path(root), tmp_path / "tokens", *extra) as served,
         connect(f"grpc://{served.address}", token=token) as ops,
     ):
         yield DiskWorkspace(ops, root, outside)

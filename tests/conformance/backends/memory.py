@@ -10,7 +10,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from operations import InMemoryOperations, Symlink
+from operations import InMemoryOperations, ProcessPolicy, Symlink
 from operations._vfs import DirNode, FileNode, LinkNode, Node, SpecialNode
 from tests.conformance._commands import register_standard_commands
 from tests.conformance._workspace import Workspace, join
@@ -107,8 +107,10 @@ def memory_workspace(ops: InMemoryOperations | None = None) -> MemoryWorkspace:
 
 
 @asynccontextmanager
-async def open_memory(tmp_path: Path) -> AsyncIterator[Workspace]:
-    workspace = memory_workspace()
+async def open_memory(
+    tmp_path: Path, *, process_policy: ProcessPolicy | None = None
+) -> AsyncIterator[Workspace]:
+    workspace = memory_workspace(InMemoryOperations(root=ROOT, process_policy=process_policy))
     async with workspace.ops:
         yield workspace
 

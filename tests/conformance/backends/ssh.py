@@ -7,14 +7,22 @@ import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+from broker import Broker
+from operations import ProcessPolicy
 from tests.conformance._workspace import DiskWorkspace
-from tests.ssh._harness import broker_over_ssh
+from tests.ssh._harness import serve_over_ssh
 
 
 @contextlib.asynccontextmanager
-async def open_ssh(tmp_path: Path) -> AsyncIterator[DiskWorkspace]:
+async def open_ssh(
+    tmp_path: Path, *, process_policy: ProcessPolicy | None = None
+) -> AsyncIterator[DiskWorkspace]:
     root, outside = DiskWorkspace.create_dirs(tmp_path)
-    async with broker_over_ssh(tmp_path, root) as (_, client):
+    async with (
+        Broker(root, process_policy=process_policy) as broker,
+        serve_over_ssh(broker, tmp_path / "keys") as setup,
+        setup.backend() as client,
+    ):
         yield DiskWorkspace(client, root, outside)
 
 

@@ -1,0 +1,113 @@
+"""Zero survivors on every backend: a started process from the escape catalogue (``setsid``,
+double fork, ``nohup``, ignoring SIGTERM) leaves nothing behind once ``kill``, its lifetime or
+its idle timeout has ended it.
+
+On a disk backend survivors are counted by scanning ``/proc`` for an environment marker the
+test gave the command, never by asking the backend; on the memory backend (scripted processes)
+nothing may be left running in ``list_processes()``. Shutdown is checked on the backends whose
+object owns the processes (memory and the local core; gRPC and SSH serve that same core, and a
+client that closes leaves its processes running by design).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from broker import Broker
+from operations import InMemoryOperations, KillReason, ProcessOperations, ProcessState
+from tests.broker._procscan import MARK_VAR, kill_pids, new_marker, survivors
+from tests.conformance._commands import ESCAPES
+from tests.conformance._workspace import DiskWorkspace, Workspace
+from tests.conformance.conftest import BACKENDS
+from tests.ssh._procs import wait_for
+
+WAIT_S = 30.0  # every wait here is bounded; generous, the machine is shared
+ENDINGS = {
+    "kill": KillReason.KILLED,
+    "timeout": KillReason.TIMEOUT,
+    "idle_timeout": KillReason.IDLE_TIMEOUT,
+}
+
+
+OWNERS = sorted(name for name in BACKENDS if name == "memory" or name.startswith("local-"))
+"""The backends whose object is the one that runs the processes, so closing it shuts them down."""
+
+
+@pytest.fixture(params=OWNERS)
+async def owner_ws(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Workspace]:
+    async with BACKENDS[request.param](tmp_path) as workspace:
+        assert isinstance(workspace.ops, Broker | InMemoryOperations)
+        yield workspace
+
+
+def processes(ws: Workspace) -> ProcessOperations:
+    found = ws.ops.processes  # type: ignore[attr-defined]
+    assert isinstance(found, ProcessOperations)
+    return found
+
+
+async def until_started(procs: ProcessOperations, id: str) -> None:
+    seen = b""
+    async with asyncio.timeout(WAIT_S):
+        async for output in procs.attach(id):
+            seen += output.data
+            if b"started" in seen:
+                return
+    raise AssertionError(f"{id} ended without saying started: {seen!r}")
+
+
+@pytest.mark.parametrize("ending", sorted(ENDINGS))
+@pytest.mark.parametrize("escape", sorted(ESCAPES))
+async def test_nothing_survives(ws: Workspace, escape: str, ending: str) -> None:
+    procs = processes(ws)
+    marker = new_marker()
+    on_disk = isinstance(ws, DiskWorkspace)
+    options = {} if ending == "kill" else {ending: 0.5}
+    try:
+        info = await procs.start(ESCAPES[escape], ws.root, env={MARK_VAR: marker}, **options)  # type: ignore[arg-type]
+        await until_started(procs, info.id)
+        if on_disk:  # the leader and the child that tries to escape
+            assert await wait_for(lambda: len(survivors(marker)) >= 2, WAIT_S), survivors(marker)
+        async with asyncio.timeout(WAIT_S):
+            end = await (procs.kill(info.id) if ending == "kill" else procs.wait(info.id))
+        assert (end.state, end.kill_reason, end.exit_code) == (
+            ProcessState.KILLED,
+            ENDINGS[ending],
+            None,
+        )
+        assert [p.id for p in await procs.list_processes() if p.running] == []
+        if on_disk:
+            assert await wait_for(lambda: survivors(marker) == [], WAIT_S), survivors(marker)
+    finally:
+        if on_disk:
+            kill_pids(survivors(marker))
+
+
+@pytest.mark.parametrize("escape", sorted(ESCAPES))
+async def test_nothing_survives_shutdown(owner_ws: Workspace, escape: str) -> None:
+    """Closing the backend kills every running tree (``KillReason.SHUTDOWN``)."""
+    ws = owner_ws
+    procs = processes(ws)
+    marker = new_marker()
+    on_disk = isinstance(ws, DiskWorkspace)
+    try:
+        info = await procs.start(ESCAPES[escape], ws.root, env={MARK_VAR: marker})
+        await until_started(procs, info.id)
+        if on_disk:
+            assert await wait_for(lambda: len(survivors(marker)) >= 2, WAIT_S), survivors(marker)
+        waiting = asyncio.create_task(procs.wait(info.id))
+        await asyncio.sleep(0)  # the wait has found the record before the backend closes
+        async with asyncio.timeout(WAIT_S):
+            await ws.ops.aclose()
+            end = await waiting
+        assert (end.state, end.kill_reason) == (ProcessState.KILLED, KillReason.SHUTDOWN)
+        assert [p.id for p in await procs.list_processes() if p.running] == []
+        if on_disk:
+            assert await wait_for(lambda: survivors(marker) == [], WAIT_S), survivors(marker)
+    finally:
+        if on_disk:
+            kill_pids(survivors(marker))
