@@ -268,7 +268,9 @@ async def test_resize_needs_a_pty_and_records_the_size() -> None:
 
 async def test_idle_timeout_kills_a_quiet_process() -> None:
     ops = backend()
-    busy = await ops.processes.start("tick 5", ROOT, idle_timeout=2)  # output every second
+    # Output every virtual second resets the busy one's idle clock: left alone it would be killed
+    # after 100 of its 200 seconds. The margin (99 virtual s, 99 ms) outlasts a loaded loop's stall.
+    busy = await ops.processes.start("tick 200", ROOT, idle_timeout=100)
     quiet = await ops.processes.start("serve", ROOT, idle_timeout=2)
     done = await ops.processes.wait(quiet.id)
     assert (done.state, done.kill_reason, done.exit_code) == (
