@@ -71,7 +71,7 @@ def add_parser(subparsers: Any, extensions: Sequence[ServeExtension] = ()) -> No
         help=(
             f"listen address: HOST:PORT or unix:/path.sock (repeatable; default "
             f"{DEFAULT_GRPC_ADDRESS}, or a free loopback port if it is taken). An address that "
-            "is not loopback needs --token-file (or mutual TLS in --config)"
+            "is not loopback needs --token-file (or mutual TLS: --tls-client-ca)"
         ),
     )
     parser.add_argument(
@@ -106,6 +106,25 @@ def add_parser(subparsers: Any, extensions: Sequence[ServeExtension] = ()) -> No
         metavar="ADDR",
         help="serve sandboxd's REST API on HOST:PORT instead (repeatable; implies --sandboxd)",
     )
+    parser.add_argument(
+        "--tls-cert", type=Path, metavar="FILE", help="serve TCP listeners over TLS: certificate"
+    )
+    parser.add_argument("--tls-key", type=Path, metavar="FILE", help="...and its private key")
+    parser.add_argument(
+        "--tls-client-ca",
+        type=Path,
+        metavar="FILE",
+        help="mutual TLS: require client certificates this CA signed (principal: the SPIFFE ID)",
+    )
+    parser.add_argument(
+        "--tls-client-spiffe-id",
+        action="append",
+        metavar="ID",
+        help=(
+            "with --tls-client-ca, admit only this SPIFFE ID (spiffe://DOMAIN/PATH), or every ID "
+            "of a trust domain (spiffe://DOMAIN); repeatable"
+        ),
+    )
     parser.add_argument("--config", type=Path, help="a TOML file with BrokerConfig fields")
     parser.add_argument("--token-file", type=Path, help="bearer tokens, 'TOKEN PRINCIPAL' lines")
     parser.add_argument("--policy", type=Path, help="a policy TOML file (default: the safe policy)")
@@ -127,6 +146,10 @@ def _config(args: argparse.Namespace) -> BrokerConfig:
         "root": args.root,
         "grpc": args.grpc,
         "token_file": args.token_file,
+        "tls_cert": args.tls_cert,
+        "tls_key": args.tls_key,
+        "tls_client_ca": args.tls_client_ca,
+        "tls_client_spiffe_ids": args.tls_client_spiffe_id,
         "ssh": args.ssh,
         "ssh_authorized_keys": args.ssh_authorized_keys,
         "ssh_host_key": args.ssh_host_key,

@@ -39,6 +39,8 @@ from ._core import Broker
 from ._frontends._service import broker_version, capabilities_of
 from ._frontends.grpc import SERVICE_NAME, AuthenticatedServer, Authenticator, BrokerServicer
 from ._guard import Enforcement
+from ._spiffe import SpiffeAllowList
+from ._tls import MutualTLS, ServerTLS
 
 __all__ = [
     "DEFAULT_GRPC_ADDRESS",
@@ -97,8 +99,12 @@ class BrokerConfig(BaseModel):
     loopback only).
 
     ``sandboxd_grpc`` and ``sandboxd_http`` (``HOST:PORT``; empty: off) serve the sandboxd
-    surface (docs/sandboxd.md): plaintext, tokens from the same ``token_file``, the same rule
-    for addresses that are not loopback.
+    surface (docs/sandboxd.md): tokens from the same ``token_file``, the same TLS files, the
+    same rule for addresses that are not loopback.
+
+    With mutual TLS a client certificate's SPIFFE ID (its ``spiffe://`` URI SAN) is the
+    principal; ``tls_client_spiffe_ids`` (SPIFFE IDs, or ``spiffe://TRUST-DOMAIN`` for a whole
+    domain) admits only those, on every TCP listener (:mod:`broker._tls`).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -109,6 +115,8 @@ class BrokerConfig(BaseModel):
     tls_cert: Path | None = None
     tls_key: Path | None = None
     tls_client_ca: Path | None = None
+    tls_client_spiffe_ids: list[str] = Field(default_factory=list)
+    """With ``tls_client_ca``: the SPIFFE IDs (or trust domains) admitted; empty admits all."""
     policy: Path | None = None
     audit_log: Path | None = None
     health_without_token: bool = False
@@ -123,6 +131,13 @@ class BrokerConfig(BaseModel):
     """Record every call to this cassette (``opsbroker serve --record FILE``)."""
     sandboxd_grpc: list[str] = Field(default_factory=list)
     sandboxd_http: list[str] = Field(default_factory=list)
+
+    @field_validator("tls_client_spiffe_ids")
+    @classmethod
+    def _spiffe_ids(cls, value: list[str]) -> list[str]:
+        """Each entry parses as a SPIFFE ID, so a typo fails at start, not at every call."""
+        SpiffeAllowList.parse(value)
+        return value
 
     @field_validator("grpc", "ssh", mode="before")
     @classmethod
@@ -286,6 +301,7 @@ class BrokerServer:
         self.frontend_addresses: list[str] = []
         """What the extra front-ends serve on, ``KIND ADDRESS`` each."""
         self._sandboxd: Any = None
+        self._tls: ServerTLS | None = None
         self.sandboxd_grpc_addresses: list[str] = []
         self.sandboxd_http_addresses: list[str] = []
 
@@ -295,7 +311,7 @@ class BrokerServer:
         parts = []
         if any(not _is_unix(a) for a in self.config.grpc):
             if self.config.tls_client_ca is not None:
-                parts.append("TCP: mutual TLS, principal = client certificate CN")
+                parts.append(f"TCP: mutual TLS, principal = {self._certificate_principal}")
             else:
                 tls = "TLS + " if self.config.tls_cert is not None else ""
                 parts.append(f"TCP: {tls}bearer token, principal from the tokens file")
@@ -304,8 +320,36 @@ class BrokerServer:
         if self.config.ssh:
             parts.append("SSH: public key, principal = the key's comment or fingerprint")
         if self.config.sandboxd_grpc or self.config.sandboxd_http:
-            parts.append("sandboxd: x-opsbroker-token header, principal from the tokens file")
+            if self.config.tls_client_ca is not None:
+                parts.append(f"sandboxd: mutual TLS, principal = {self._certificate_principal}")
+            else:
+                parts.append("sandboxd: x-opsbroker-token header, principal from the tokens file")
         return "; ".join(parts)
+
+    @property
+    def _certificate_principal(self) -> str:
+        allowed = self.config.tls_client_spiffe_ids
+        if allowed:
+            return f"the client certificate's SPIFFE ID, one of {', '.join(allowed)}"
+        return "the client certificate's SPIFFE ID, else its CN"
+
+    def _mutual_tls(self) -> MutualTLS | None:
+        """Who a client certificate names, when the TLS is mutual.
+
+        Raises:
+            InvalidArgument: SPIFFE IDs are listed, but the TLS is not mutual.
+        """
+        ids = self.config.tls_client_spiffe_ids
+        if self.config.tls_client_ca is None:
+            if ids:
+                raise InvalidArgument(
+                    "serve",
+                    None,
+                    "tls_client_spiffe_ids needs mutual TLS: set tls_client_ca (with tls_cert "
+                    "and tls_key), the CA whose client certificates carry the SPIFFE IDs",
+                )
+            return None
+        return MutualTLS(SpiffeAllowList.parse(ids) if ids else None)
 
     async def start(self) -> None:
         """Open the backend and listen on every configured address.
@@ -321,6 +365,8 @@ class BrokerServer:
         for address in config.ssh:
             parse_tcp_address(address, what="SSH address")
         self._check_exposure()
+        self._mutual_tls()
+        self._server_tls()  # a TLS file that cannot be loaded fails here, before anything runs
         if self._owns_backend or config.policy is not None or config.audit_log is not None:
             # A broker we start ourselves always runs under a policy (the safe default one
             # unless configured); a backend handed in by a test or embedder runs as given.
@@ -404,8 +450,8 @@ class BrokerServer:
         if not config.grpc:
             return
         needs_auth = any(not _is_unix(a) for a in config.grpc)
-        mtls = config.tls_client_ca is not None
-        if needs_auth and (config.token_file is not None or not mtls):
+        mtls = self._mutual_tls()
+        if needs_auth and (config.token_file is not None or mtls is None):
             self.frontend_tokens()
         authenticator = Authenticator(
             self.tokens,
@@ -442,7 +488,8 @@ class BrokerServer:
             ),
             authenticated,
         )
-        credentials = self._tls_credentials()
+        tls = self._server_tls()
+        credentials = None if tls is None else tls.credentials
         for address in config.grpc:
             self.addresses.append(self._bind(server, address, credentials))
         await server.start()
@@ -461,11 +508,14 @@ class BrokerServer:
             error = bind_error(address)
             if error is not None:
                 raise InvalidArgument("serve", address, f"cannot listen: {error.strerror or error}")
+        mtls = self._mutual_tls()
         self._sandboxd = SandboxdServer(
             backend,
-            self.frontend_tokens(),
+            self.frontend_tokens() if config.token_file is not None or mtls is None else None,
             enforcement=self.enforcement,
             health_without_token=config.health_without_token,
+            tls=self._server_tls(),
+            mtls=mtls,
         )
         await self._sandboxd.start(config.sandboxd_grpc, config.sandboxd_http)
         self.sandboxd_grpc_addresses = list(self._sandboxd.grpc_addresses)
@@ -496,20 +546,12 @@ class BrokerServer:
                 ", ".join(exposed),
             )
 
-    def _tls_credentials(self) -> grpc.ServerCredentials | None:
-        config = self.config
-        if config.tls_cert is None and config.tls_key is None:
-            if config.tls_client_ca is not None:
-                raise InvalidArgument("serve", None, "tls_client_ca needs tls_cert and tls_key")
-            return None
-        if config.tls_cert is None or config.tls_key is None:
-            raise InvalidArgument("serve", None, "TLS needs both tls_cert and tls_key")
-        ca = config.tls_client_ca.read_bytes() if config.tls_client_ca is not None else None
-        return grpc.ssl_server_credentials(
-            [(config.tls_key.read_bytes(), config.tls_cert.read_bytes())],
-            root_certificates=ca,
-            require_client_auth=ca is not None,
-        )
+    def _server_tls(self) -> ServerTLS | None:
+        """The TLS files, loaded once for every listener that serves TLS."""
+        if self._tls is None:
+            config = self.config
+            self._tls = ServerTLS.load(config.tls_cert, config.tls_key, config.tls_client_ca)
+        return self._tls
 
     def _bind(
         self, server: grpc.aio.Server, address: str, credentials: grpc.ServerCredentials | None

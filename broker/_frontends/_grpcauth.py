@@ -14,10 +14,11 @@ from typing import Any, TypeAlias
 import grpc
 import grpc.aio
 
-from operations import OpsError, Unauthenticated
+from operations import OpsError, PolicyDenied, Unauthenticated
 
 from .._auth import TokenTable
 from .._guard import Enforcement
+from .._tls import ClientCertificate, MutualTLS
 from ._grpcwire import SERVICE_NAME, Undecodable, abort_with, current_principal, tolerant
 from ._service import METHODS
 
@@ -28,8 +29,9 @@ class Authenticator:
     """Decides who a caller is, or that it may not call at all.
 
     - a Unix-socket peer is ``local`` (the socket file's permissions are the access control);
-    - with mutual TLS, the principal is ``cert:<common name>`` of the verified client certificate;
-    - otherwise an ``authorization: Bearer TOKEN`` header must name a principal in ``tokens``.
+    - with mutual TLS (``mtls``), the verified client certificate decides: its SPIFFE ID, else
+      ``cert:<common name>``, under the SPIFFE allow-list if one is set (:mod:`broker._tls`);
+    - otherwise a token (:meth:`token_principal`) must name a principal in ``tokens``.
 
     Methods in ``public_methods`` (e.g. the health check, if so configured) need no credentials.
     """
@@ -38,7 +40,7 @@ class Authenticator:
         self,
         tokens: TokenTable | None,
         *,
-        mtls: bool = False,
+        mtls: MutualTLS | None = None,
         public_methods: Iterable[str] = (),
         enforcement: Enforcement | None = None,
     ) -> None:
@@ -48,25 +50,61 @@ class Authenticator:
         self.enforcement = enforcement
 
     def principal(self, method: str, context: grpc.aio.ServicerContext[Any, Any]) -> str | None:
-        """The caller's principal, or ``None`` when it must be refused."""
+        """The caller's principal, or ``None`` when its token is missing or unknown.
+
+        Raises:
+            Unauthenticated: mutual TLS is on and the client certificate names no one.
+            PolicyDenied: mutual TLS is on and the certificate's SPIFFE ID is not admitted.
+        """
         peer = context.peer() or ""
         if peer.startswith("unix:"):
             return "local"
-        if self._mtls:
-            auth = context.auth_context()
-            names = list(
-                auth.get("x509_common_name") or auth.get("x509_subject_alternative_name") or ()
-            )
-            if names:
-                return "cert:" + bytes(names[0]).decode("utf-8", "replace")
-        if self._tokens is not None:
-            for key, value in context.invocation_metadata() or ():
-                if key == "authorization" and isinstance(value, str):
-                    scheme, _, token = value.partition(" ")
-                    if scheme.lower() == "bearer":
-                        return self._tokens.principal(token.strip())
-        if method in self._public:
+        if self._mtls is not None:
+            certificate = ClientCertificate.from_auth_context(context.auth_context())
+            try:
+                return self._mtls.principal(certificate, "authenticate")
+            except OpsError:
+                if method in self._public:
+                    return "anonymous"
+                raise
+        found = self.token_principal(context)
+        if found is None and method in self._public:
             return "anonymous"
+        return found
+
+    refusal = "missing or unknown bearer token (send 'authorization: Bearer TOKEN')"
+    """What a caller without a known token is told."""
+    transport = "grpc"
+    """The transport its refusals are audited under."""
+
+    def refused(
+        self, op: str, error: OpsError, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> None:
+        """Audit the refusal of a call to ``op`` (a denied SPIFFE ID is named as the principal)."""
+        if self.enforcement is None:
+            return
+        presented = None
+        if isinstance(error, PolicyDenied):
+            certificate = ClientCertificate.from_auth_context(context.auth_context())
+            presented = None if certificate is None else certificate.spiffe_uri
+        self.enforcement.record_refusal(
+            op,
+            "missing or unknown credentials" if self._mtls is None else error.reason,
+            principal=presented,
+            transport=self.transport,
+            peer=context.peer(),
+            code=error.code,
+        )
+
+    def token_principal(self, context: grpc.aio.ServicerContext[Any, Any]) -> str | None:
+        """The principal of the ``authorization: Bearer TOKEN`` header, or ``None``."""
+        if self._tokens is None:
+            return None
+        for key, value in context.invocation_metadata() or ():
+            if key == "authorization" and isinstance(value, str):
+                scheme, _, token = value.partition(" ")
+                if scheme.lower() == "bearer":
+                    return self._tokens.principal(token.strip())
         return None
 
 
@@ -132,19 +170,15 @@ def _guard(handler: _Handler, method: str, auth: Authenticator) -> _Handler:
 
     def refusal(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> OpsError | None:
         """Why this call may not run (audited), or ``None`` once the principal is set."""
-        principal = auth.principal(method, context)
+        try:
+            principal = auth.principal(method, context)
+        except OpsError as exc:
+            auth.refused(op, exc, context)
+            return exc
         if principal is None:
-            if auth.enforcement is not None:
-                auth.enforcement.record_refusal(
-                    op,
-                    "missing or unknown credentials",
-                    principal=None,
-                    transport="grpc",
-                    peer=context.peer(),
-                )
-            return Unauthenticated(
-                op, None, "missing or unknown bearer token (send 'authorization: Bearer TOKEN')"
-            )
+            error = Unauthenticated(op, None, auth.refusal)
+            auth.refused(op, error, context)
+            return error
         current_principal.set(principal)
         if isinstance(request, Undecodable):
             return request.error(op)

@@ -13,7 +13,7 @@ import secrets
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,7 +39,9 @@ class Sandboxd:
         return {"X-Opsbroker-Token": self.token}
 
 
-def start_broker(tmp: Path, policy: str | None = None, config: Path | None = None) -> Sandboxd:
+def start_broker(
+    tmp: Path, policy: str | None = None, config: Path | None = None, extra: Sequence[str] = ()
+) -> Sandboxd:
     root = tmp / "ws"
     root.mkdir()
     token = secrets.token_urlsafe(16)
@@ -51,6 +53,7 @@ def start_broker(tmp: Path, policy: str | None = None, config: Path | None = Non
         "--grpc", f"unix:{tmp}/broker.sock", "--token-file", str(tokens),
         "--sandboxd-grpc", "127.0.0.1:0", "--sandboxd-http", "127.0.0.1:0", "--quiet",
     ]  # fmt: skip
+    args += extra
     if config is not None:
         args += ["--config", str(config)]
     if policy is not None:

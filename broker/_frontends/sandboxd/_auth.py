@@ -4,6 +4,9 @@ The agent-sandbox router strips ``Authorization``, so the token travels in a hea
 ``X-Opsbroker-Token: TOKEN`` over HTTP, metadata ``x-opsbroker-token`` over gRPC.
 ``Authorization: Bearer TOKEN`` is accepted too, when it arrives. Tokens and principals come from
 the same :class:`~broker.TokenTable` (tokens file) as our own gRPC front-end.
+
+With mutual TLS on (``tls_client_ca``) the client certificate decides instead, by the one rule
+of :class:`broker._tls.MutualTLS` (the SPIFFE ID and its allow-list); a token is not asked for.
 """
 
 from __future__ import annotations
@@ -46,11 +49,11 @@ def token_principal(tokens: TokenTable | None, pairs: Iterable[tuple[str, Any]])
 
 
 class SandboxdAuthenticator(Authenticator):
-    """Our gRPC :class:`~broker._frontends._grpcauth.Authenticator`, with the token also (and
-    first) taken from ``x-opsbroker-token``."""
+    """Our gRPC :class:`~broker._frontends._grpcauth.Authenticator` (mutual TLS decides when it
+    is on), with the token also (and first) taken from ``x-opsbroker-token``."""
 
-    def principal(self, method: str, context: grpc.aio.ServicerContext[Any, Any]) -> str | None:
-        found = token_principal(self._tokens, context.invocation_metadata() or ())
-        if found is not None:
-            return found
-        return super().principal(method, context)
+    refusal = REFUSAL
+    transport = "sandboxd"
+
+    def token_principal(self, context: grpc.aio.ServicerContext[Any, Any]) -> str | None:
+        return token_principal(self._tokens, context.invocation_metadata() or ())

@@ -6,6 +6,10 @@ header size (h11 answers an oversized or malformed request 400 and closes) and a
 keep-alive timeout. It has no deadline for a request's *headers*, so a client that sends them a
 byte at a time would hold a connection forever: :class:`DeadlineProtocol` gives every request
 :data:`HEADER_TIMEOUT_S` to arrive, then answers 408 and closes.
+
+Over TLS (the broker's one :class:`~broker._tls.ServerTLS` context), the protocol also reads the
+client certificate once per connection, after the handshake, and hands it to every request of
+that connection as ``scope["state"][PEER_CERTIFICATE]`` (uvicorn gives an ASGI app no transport).
 """
 
 from __future__ import annotations
@@ -13,18 +17,31 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import ssl
 from typing import Any, Final
 
 import uvicorn
 from starlette.types import ASGIApp
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-__all__ = ["HEADER_TIMEOUT_S", "MAX_HEADER_BYTES", "DeadlineProtocol", "bind", "http_server"]
+from ..._tls import ClientCertificate
+
+__all__ = [
+    "HEADER_TIMEOUT_S",
+    "MAX_HEADER_BYTES",
+    "PEER_CERTIFICATE",
+    "DeadlineProtocol",
+    "bind",
+    "http_server",
+]
 
 HEADER_TIMEOUT_S: Final = 10.0  # from connection (or the last response) to a request's headers
 MAX_HEADER_BYTES: Final = 64 * 1024  # a request's head, at most (h11 answers 400 beyond)
 KEEP_ALIVE_S: Final = 60  # an idle keep-alive connection is closed after this (as sandboxd)
 SHUTDOWN_GRACE_S: Final = 5  # at stop, for running requests to finish
+
+PEER_CERTIFICATE: Final = "opsbroker.peer_certificate"
+"""The request state key of the connection's :class:`~broker._tls.ClientCertificate` (or None)."""
 
 _TIMEOUT_RESPONSE: Final = (
     b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\nconnection: close\r\n"
@@ -57,6 +74,10 @@ class DeadlineProtocol(H11Protocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         _no_delay(transport)
+        tls: ssl.SSLObject | None = transport.get_extra_info("ssl_object")
+        if tls is not None:  # asyncio calls this after the handshake: the certificate is known
+            peer = ClientCertificate.from_peercert(tls.getpeercert())
+            self.app_state = {**self.app_state, PEER_CERTIFICATE: peer}  # this connection's
         self._arm()
 
     def data_received(self, data: bytes) -> None:
@@ -101,8 +122,8 @@ def bind(address: str) -> socket.socket:
     return socket.create_server((host, int(port)), family=family)
 
 
-def http_server(app: ASGIApp) -> uvicorn.Server:
-    """A uvicorn server for ``app`` (call ``serve(sockets=...)``)."""
+def http_server(app: ASGIApp, tls: ssl.SSLContext | None = None) -> uvicorn.Server:
+    """A uvicorn server for ``app`` (call ``serve(sockets=...)``), over TLS with ``tls``."""
     config = uvicorn.Config(
         app,
         http=DeadlineProtocol,
@@ -112,5 +133,6 @@ def http_server(app: ASGIApp) -> uvicorn.Server:
         timeout_keep_alive=KEEP_ALIVE_S,
         timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
         h11_max_incomplete_event_size=MAX_HEADER_BYTES,
+        ssl_context_factory=None if tls is None else (lambda _config, _default: tls),
     )
     return uvicorn.Server(config)

@@ -16,9 +16,11 @@ the file's permission bits (a replaced file keeps its own without one).
 
 Errors are the spec's JSON ``{"code": ..., "message": ...}`` with the status of the one table
 (:mod:`._status`); a message names the path as the client sent it (root-relative), never the
-broker's own workspace path. Who calls is decided first (:mod:`._auth`): a request without a known token is
-401, audited, and does nothing; ``/v1/health`` alone needs no token (probes send none, and it
-says nothing but ``ok``).
+broker's own workspace path. Who calls is decided first: a request without a known token
+(:mod:`._auth`) is 401, audited, and does nothing; with mutual TLS on, the connection's client
+certificate decides instead (:class:`broker._tls.MutualTLS`): none, or one naming no one, is 401,
+a SPIFFE ID outside the allow-list is 403, each audited as a deny. ``/v1/health`` alone needs no
+credentials (probes send none, and it says nothing but ``ok``).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from operations import (
     FileStat,
     InvalidArgument,
     OpsError,
+    PolicyDenied,
     TooLarge,
     Unauthenticated,
     read_chunks,
@@ -53,8 +56,10 @@ from operations import (
 
 from ..._auth import TokenTable
 from ..._guard import Enforcement
+from ..._tls import ClientCertificate, MutualTLS
 from .._service import STREAM_IDLE_TIMEOUT
 from ._auth import REFUSAL, token_principal
+from ._http import PEER_CERTIFICATE
 from ._multipart import FilePart, boundary_of
 from ._paths import files_path, parse_mode, parse_recursive, workspace_path
 from ._status import BodyTimeout, public_message, status_of
@@ -140,6 +145,7 @@ class FilesApp:
         environ: what ``/v1/metadata`` filters (default: the broker's environment, read once).
         body_idle_timeout: seconds a PUT body may pause before it is refused (408) and its
             partial file discarded: the same idle timeout as our own gRPC's client streams.
+        mtls: with mutual TLS, who a client certificate names (tokens are then not asked for).
     """
 
     def __init__(
@@ -150,8 +156,10 @@ class FilesApp:
         enforcement: Enforcement | None = None,
         environ: Mapping[str, str] | None = None,
         body_idle_timeout: float = STREAM_IDLE_TIMEOUT,
+        mtls: MutualTLS | None = None,
     ) -> None:
         self.body_idle_timeout = body_idle_timeout
+        self._mtls = mtls
         self._backend = backend
         self._tokens = tokens
         self._enforcement = enforcement
@@ -182,19 +190,20 @@ class FilesApp:
             return self._health()
         client = scope.get("client")
         peer = f"{client[0]}:{client[1]}" if client else None
-        principal = token_principal(
-            self._tokens, ((k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"])
-        )
-        if principal is None:
+        try:
+            principal = self._principal(scope)
+        except OpsError as exc:
             if self._enforcement is not None:
+                certificate = scope.get("state", {}).get(PEER_CERTIFICATE)
                 self._enforcement.record_refusal(
                     f"{method} {raw[:64].decode('latin-1')}",
-                    "missing or unknown credentials",
-                    principal=None,
+                    "missing or unknown credentials" if self._mtls is None else exc.reason,
+                    principal=(certificate.spiffe_uri if isinstance(exc, PolicyDenied) else None),
                     transport="sandboxd",
                     peer=peer,
+                    code=exc.code,
                 )
-            return _error_response(Unauthenticated("sandboxd", None, REFUSAL), head)
+            return _error_response(exc, head)
         sent: str | None = None
         try:
             if raw == b"/v1/metadata" and method in ("GET", "HEAD"):
@@ -225,6 +234,24 @@ class FilesApp:
             root = self._backend.root
             named = None if sent is None else (workspace_path(root, sent), sent)
             return _error_response(exc, head, root, named)
+
+    def _principal(self, scope: Scope) -> str:
+        """Who sends this request: its client certificate's principal with mutual TLS, else
+        its token's.
+
+        Raises:
+            Unauthenticated: no known token; or (mutual TLS) no certificate naming someone.
+            PolicyDenied: the certificate's SPIFFE ID is not in the allow-list.
+        """
+        if self._mtls is not None:
+            certificate: ClientCertificate | None = scope.get("state", {}).get(PEER_CERTIFICATE)
+            return self._mtls.principal(certificate, "sandboxd")
+        principal = token_principal(
+            self._tokens, ((k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"])
+        )
+        if principal is None:
+            raise Unauthenticated("sandboxd", None, REFUSAL)
+        return principal
 
     def _health(self) -> Response:
         if not self.ready:

@@ -1,8 +1,9 @@
 """Serving the sandboxd surface: ProcessService (with ``grpc.health.v1``) and the REST API.
 
 :class:`SandboxdServer` is started by :class:`broker.BrokerServer` when the config names
-``sandboxd_grpc`` or ``sandboxd_http`` addresses, with the broker's backend, policy, audit and
-token table, so a sandboxd caller meets exactly what a caller of our own gRPC meets.
+``sandboxd_grpc`` or ``sandboxd_http`` addresses, with the broker's backend, policy, audit,
+token table and TLS (one :class:`~broker._tls.ServerTLS` for both listeners and our own gRPC), so
+a sandboxd caller meets exactly what a caller of our own gRPC meets.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from operations import Backend, InvalidArgument
 
 from ..._auth import TokenTable
 from ..._guard import Enforcement
+from ..._tls import MutualTLS, ServerTLS
 from .._grpcauth import AuthenticatedServer
 from ._auth import SandboxdAuthenticator
 from ._http import bind, http_server
@@ -41,6 +43,9 @@ class SandboxdServer:
         enforcement: the broker's policy and audit.
         health_without_token: let ``grpc.health.v1`` answer without a token (HTTP
             ``/v1/health`` never needs one).
+        tls: serve both listeners over TLS (mutual when it has a client CA).
+        mtls: who a client certificate names, when ``tls`` is mutual (default: any the CA
+            signed, by its SPIFFE ID or common name).
     """
 
     def __init__(
@@ -50,32 +55,31 @@ class SandboxdServer:
         *,
         enforcement: Enforcement | None = None,
         health_without_token: bool = False,
+        tls: ServerTLS | None = None,
+        mtls: MutualTLS | None = None,
     ) -> None:
         self._backend = backend
         self._tokens = tokens
+        self._tls = tls
+        self._mtls = (mtls or MutualTLS()) if tls is not None and tls.mutual else None
         self._enforcement = enforcement
         self._health_public = health_without_token
         self._grpc: grpc.aio.Server | None = None
         self._health: health.aio.HealthServicer | None = None
         self._http: Any = None
         self._http_task: asyncio.Task[None] | None = None
-        self.app = FilesApp(backend, tokens, enforcement=enforcement)
+        self.app = FilesApp(backend, tokens, enforcement=enforcement, mtls=self._mtls)
         self.grpc_addresses: list[str] = []
         self.http_addresses: list[str] = []
 
-    async def start(
-        self,
-        grpc_addresses: Sequence[str],
-        http_addresses: Sequence[str],
-        credentials: grpc.ServerCredentials | None = None,
-    ) -> None:
+    async def start(self, grpc_addresses: Sequence[str], http_addresses: Sequence[str]) -> None:
         """Listen on every address.
 
         Raises:
             InvalidArgument: an address cannot be listened on.
         """
         if grpc_addresses:
-            await self._start_grpc(grpc_addresses, credentials)
+            await self._start_grpc(grpc_addresses)
         if http_addresses:
             sockets = []
             try:
@@ -93,15 +97,15 @@ class SandboxdServer:
             for sock in sockets:
                 host, port = sock.getsockname()[:2]
                 self.http_addresses.append(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
-            self._http = http_server(self.app)
+            self._http = http_server(self.app, None if self._tls is None else self._tls.context)
             # The sockets listen already: connections wait in their backlog until uvicorn runs.
             self._http_task = asyncio.create_task(self._http.serve(sockets=sockets))
 
-    async def _start_grpc(
-        self, addresses: Sequence[str], credentials: grpc.ServerCredentials | None
-    ) -> None:
+    async def _start_grpc(self, addresses: Sequence[str]) -> None:
+        credentials = None if self._tls is None else self._tls.credentials
         authenticator = SandboxdAuthenticator(
             self._tokens,
+            mtls=self._mtls,
             public_methods=HEALTH_METHODS if self._health_public else (),
             enforcement=self._enforcement,
         )
