@@ -21,7 +21,7 @@ from typing import Any
 
 from mcp.server import ServerRequestContext
 
-from broker import Frontend, TokenTable, default_token_file, is_loopback_address
+from broker import Frontend, TokenTable, bind_http, default_token_file, is_loopback_address
 from operations import OpsError
 
 from ._cli import (
@@ -33,7 +33,7 @@ from ._cli import (
 )
 from ._mcp import EMBEDDED_PRINCIPAL, MCP_TRANSPORT, ToolsFor, open_embedded, serve_stdio
 from ._mcp._frontend import McpHttpFrontend
-from ._mcp._http import Refused, bind, request_peer, request_principal, serve_http
+from ._mcp._http import Refused, request_peer, request_principal, serve_http
 from ._tool import AgentTool
 
 __all__ = ["SERVE_MCP_HTTP", "add_parser", "run"]
@@ -195,7 +195,7 @@ async def _serve(args: argparse.Namespace) -> int:
         return 0
     tokens = _tokens(args)
     try:
-        sock = bind(args.http)
+        sock = bind_http(args.http)
     except OSError as exc:
         raise CliError(f"--http {args.http!r}: cannot listen: {exc.strerror or exc}") from None
     with sock:

@@ -7,7 +7,10 @@ protocol; ``_guard.Enforcement`` (the ``operations`` policy, ``_audit``, ``_land
 core once per connection, so every front-end meets the same policy and audit; the one service
 table (``_frontends/_service.py``) holds every handler, and the front-ends
 (``_frontends/grpc.py``, ``_frontends/ssh.py`` with ``_sshchannels``) translate their wire into it
-and import the core, never the reverse; ``_serve`` runs front-ends over a backend; ``_cli_serve`` and
+and import the core, never the reverse; the HTTP front-ends (sandboxd's REST API here, MCP in
+``agent_side``) run on one uvicorn setup, :func:`http_server` (``_frontends/_http.py``: a
+deadline for each request's headers, no Nagle delay, no signal capture); ``_serve`` runs
+front-ends over a backend; ``_cli_serve`` and
 ``_cli_audit`` are subcommands. The wire (generated code, codec, SSH framing) is the ``opsbroker``
 package the clients import too, and the ``opsbroker`` command line is composed there
 (``opsbroker.cli``), so nothing here imports ``agent_side``.
@@ -26,6 +29,8 @@ from ._audit import AuditUnavailable as AuditUnavailable
 from ._audit import verify_files as verify_files
 from ._auth import TokenTable as TokenTable
 from ._core import Broker as Broker
+from ._frontends._http import bind as bind_http
+from ._frontends._http import http_server as http_server
 from ._guard import Enforcement as Enforcement
 from ._landlock import Sandbox as Sandbox
 from ._landlock import SandboxUnavailable as SandboxUnavailable
@@ -51,7 +56,9 @@ __all__ = [
     "Sandbox",
     "SandboxUnavailable",
     "TokenTable",
+    "bind_http",
     "default_token_file",
+    "http_server",
     "is_loopback_address",
     "landlock_abi",
     "serve",

@@ -17,12 +17,12 @@ from typing import Any
 
 from mcp.server import ServerRequestContext
 
-from broker import BrokerServer, is_loopback_address
+from broker import BrokerServer, bind_http, is_loopback_address
 from operations import InvalidArgument
 
 from .._tool import AgentTool
 from ._embedded import MCP_TRANSPORT
-from ._http import HttpServer, bind, request_peer, request_principal
+from ._http import HttpServer, request_peer, request_principal
 
 __all__ = ["McpHttpFrontend"]
 
@@ -56,7 +56,7 @@ class McpHttpFrontend:
         logging.getLogger("mcp").setLevel(logging.WARNING)  # not the SDK's lines per request
         tokens = broker.frontend_tokens()
         try:
-            sock = bind(self.address)
+            sock = bind_http(self.address)
         except OSError as exc:
             raise InvalidArgument(
                 "serve", self.address, f"--mcp-http cannot listen: {exc.strerror or exc}"

@@ -11,7 +11,9 @@ Every request to :data:`MCP_PATH` passes :class:`HttpGate` first:
 
 Then the SDK's transport runs in **stateless** mode: a fresh transport and server per HTTP
 request, no session id, no event store, so nothing one client sent or received is held where
-another's request could reach it. The server is uvicorn on a socket bound here.
+another's request could reach it. The server is the broker's HTTP server
+(:func:`broker.http_server`: a deadline for each request's headers, no Nagle delay) on a socket
+bound by :func:`broker.bind_http`.
 
 **Cancellation.** A stateless server has no session to find a running call in when the
 client's ``notifications/cancelled`` arrives in a request of its own, so the gate keeps the
@@ -22,24 +24,21 @@ backend's ``exec``, which kills the command's process tree, as over stdio.
 
 from __future__ import annotations
 
-import contextlib
 import ipaddress
 import json
-import math
 import socket
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
 import anyio
 import mcp_types as types
-import uvicorn
 from mcp.server import ServerRequestContext
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from broker import TokenTable
+from broker import TokenTable, http_server
 
 from .._tool import AgentTool
 from ._server import ToolsFor, build_server
@@ -48,7 +47,6 @@ __all__ = [
     "MCP_PATH",
     "HttpGate",
     "HttpServer",
-    "bind",
     "origin_allowed",
     "request_peer",
     "request_principal",
@@ -252,32 +250,10 @@ def _call_of(body: bytes) -> tuple[str | None, str | int | None]:
     return method, found
 
 
-def bind(address: str) -> socket.socket:
-    """A listening TCP socket on ``HOST:PORT`` (port 0: a free one).
-
-    Raises:
-        OSError: the address cannot be parsed or listened on.
-    """
-    host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit() or not host:
-        raise OSError(f"{address!r} is not HOST:PORT")
-    host = host.removeprefix("[").removesuffix("]")
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    return socket.create_server((host, int(port)), family=family)
-
-
 def _url(sock: socket.socket) -> str:
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     return f"http://{shown}:{port}{MCP_PATH}"
-
-
-class _Embedded(uvicorn.Server):
-    """uvicorn leaving SIGINT and SIGTERM to the program it runs in (the broker handles them)."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
 
 
 class HttpServer:
@@ -306,14 +282,7 @@ class HttpServer:
         app = HttpGate(
             self._manager.handle_request, tokens, allowed_origins=allowed_origins, refused=refused
         )
-        config = uvicorn.Config(
-            app,
-            lifespan="off",
-            log_level="warning",
-            access_log=False,
-            timeout_graceful_shutdown=math.ceil(grace),
-        )
-        self._server = uvicorn.Server(config) if handle_signals else _Embedded(config)
+        self._server = http_server(app, grace=grace, handle_signals=handle_signals)
 
     async def serve(self, ready: Callable[[str], None] | None = None) -> None:
         """Serve until :meth:`shutdown` (or, with ``handle_signals``, SIGINT or SIGTERM);

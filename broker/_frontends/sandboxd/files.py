@@ -57,9 +57,9 @@ from operations import (
 from ..._auth import TokenTable
 from ..._guard import Enforcement
 from ..._tls import ClientCertificate, MutualTLS
+from .._http import PEER_CERTIFICATE
 from .._service import STREAM_IDLE_TIMEOUT
 from ._auth import REFUSAL, token_principal
-from ._http import PEER_CERTIFICATE
 from ._multipart import FilePart, boundary_of
 from ._paths import files_path, parse_mode, parse_recursive, workspace_path
 from ._status import BodyTimeout, public_message, status_of

@@ -24,8 +24,8 @@ from ..._auth import TokenTable
 from ..._guard import Enforcement
 from ..._tls import MutualTLS, ServerTLS
 from .._grpcauth import AuthenticatedServer
+from .._http import bind, http_server
 from ._auth import SandboxdAuthenticator
-from ._http import bind, http_server
 from .files import FilesApp
 from .process import SERVICE_NAME, ProcessServicer
 

@@ -1,4 +1,5 @@
-"""uvicorn for the REST API: listening sockets and a header deadline against slowloris.
+"""uvicorn for every HTTP front-end (sandboxd's REST API, MCP over HTTP): listening sockets, a
+header deadline against slowloris, and no signal handling of its own.
 
 uvicorn (h11) is the HTTP server: a well-kept asyncio server already installed with ``mcp``,
 with flow control both ways (a slow reader pauses a GET, a fast PUT pauses reading), a bounded
@@ -16,15 +17,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import socket
 import ssl
+from collections.abc import Iterator
 from typing import Any, Final
 
 import uvicorn
 from starlette.types import ASGIApp
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from ..._tls import ClientCertificate
+from .._tls import ClientCertificate
 
 __all__ = [
     "HEADER_TIMEOUT_S",
@@ -122,8 +125,31 @@ def bind(address: str) -> socket.socket:
     return socket.create_server((host, int(port)), family=family)
 
 
-def http_server(app: ASGIApp, tls: ssl.SSLContext | None = None) -> uvicorn.Server:
-    """A uvicorn server for ``app`` (call ``serve(sockets=...)``), over TLS with ``tls``."""
+class _Embedded(uvicorn.Server):
+    """uvicorn leaving SIGINT and SIGTERM to the program it runs in: inside the broker, uvicorn's
+    own handlers would hold a shutdown signal back until its server had stopped."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def http_server(
+    app: ASGIApp,
+    tls: ssl.SSLContext | None = None,
+    *,
+    grace: float = SHUTDOWN_GRACE_S,
+    handle_signals: bool = False,
+) -> uvicorn.Server:
+    """A uvicorn server for ``app`` (call ``serve(sockets=...)``), over TLS with ``tls``.
+
+    Args:
+        app: the ASGI application.
+        tls: the server's TLS context, or ``None`` for plain HTTP.
+        grace: at stop, how long running requests may finish (rounded up to whole seconds).
+        handle_signals: whether uvicorn itself stops on SIGINT and SIGTERM (a program that only
+            serves this); inside the broker, its own shutdown stops the server.
+    """
     config = uvicorn.Config(
         app,
         http=DeadlineProtocol,
@@ -131,8 +157,8 @@ def http_server(app: ASGIApp, tls: ssl.SSLContext | None = None) -> uvicorn.Serv
         log_level="warning",
         access_log=False,
         timeout_keep_alive=KEEP_ALIVE_S,
-        timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
+        timeout_graceful_shutdown=math.ceil(grace),
         h11_max_incomplete_event_size=MAX_HEADER_BYTES,
         ssl_context_factory=None if tls is None else (lambda _config, _default: tls),
     )
-    return uvicorn.Server(config)
+    return uvicorn.Server(config) if handle_signals else _Embedded(config)
