@@ -21,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -549,6 +549,24 @@ async def _best(rounds: int, fn: Callable[[], object]) -> float:
     return min([await fn() for _ in range(rounds)])  # type: ignore[misc]
 
 
+async def _per_call(n: int, call: Callable[[], Awaitable[object]]) -> float:
+    """Seconds per call, over ``n`` calls of ``call`` in a row."""
+    start = time.perf_counter()
+    for _ in range(n):
+        await call()
+    return (time.perf_counter() - start) / n
+
+
+async def _alternated(rounds: int, *timers: Callable[[], Awaitable[float]]) -> list[float]:
+    """The best of ``rounds`` runs of each timer, run in turn so that the machine's drift meets
+    them alike."""
+    best = [math.inf] * len(timers)
+    for _ in range(rounds):
+        for i, timer in enumerate(timers):
+            best[i] = min(best[i], await timer())
+    return best
+
+
 async def _local_true() -> float:
     start = time.perf_counter()
     for _ in range(GRPC_CALLS // 10):
@@ -701,29 +719,20 @@ async def _http_get(b: Any) -> bytes:
 def sandboxd_execute_true() -> Result:
     """sandboxd ``Execute(["true"])`` against our gRPC ``exec("true")``, on one broker."""
 
-    async def run() -> tuple[float, float]:
+    async def run() -> list[float]:
         async with _sandboxd_bench() as b:
             n = GRPC_CALLS // 10
             request = b.pb.ExecuteRequest(config=b.pb.ProcessConfig(command=["true"]))
 
-            async def theirs() -> float:
-                start = time.perf_counter()
-                for _ in range(n):
-                    reply = await b.stub.Execute(request, metadata=_SANDBOXD_METADATA)
-                    assert reply.exit_code == 0
-                return (time.perf_counter() - start) / n
+            async def execute() -> None:
+                reply = await b.stub.Execute(request, metadata=_SANDBOXD_METADATA)
+                assert reply.exit_code == 0
 
-            async def ours() -> float:
-                start = time.perf_counter()
-                for _ in range(n):
-                    await b.ops.exec("true", b.root, on_data=lambda _: None)
-                return (time.perf_counter() - start) / n
-
-            sandboxd = grpc_run = math.inf
-            for _ in range(GRPC_ROUNDS):
-                sandboxd = min(sandboxd, await theirs())
-                grpc_run = min(grpc_run, await ours())
-            return sandboxd, grpc_run
+            return await _alternated(
+                GRPC_ROUNDS,
+                lambda: _per_call(n, execute),
+                lambda: _per_call(n, lambda: b.ops.exec("true", b.root, on_data=lambda _: None)),
+            )
 
     sandboxd, grpc_run = asyncio.run(run())
     detail = f"sandboxd Execute {sandboxd * 1e3:.2f} ms, our gRPC exec {grpc_run * 1e3:.2f} ms"
@@ -734,27 +743,18 @@ def sandboxd_execute_true() -> Result:
 def sandboxd_get_4k() -> Result:
     """sandboxd ``GET /v1/files/4k`` (HTTP/1.1 keep-alive) against our gRPC ``read_file``."""
 
-    async def run() -> tuple[float, float]:
+    async def run() -> list[float]:
         async with _sandboxd_bench() as b:
             path = f"{b.root}/4k"
 
-            async def theirs() -> float:
-                start = time.perf_counter()
-                for _ in range(GRPC_CALLS):
-                    assert len(await _http_get(b)) == 4096
-                return (time.perf_counter() - start) / GRPC_CALLS
+            async def get() -> None:
+                assert len(await _http_get(b)) == 4096
 
-            async def ours() -> float:
-                start = time.perf_counter()
-                for _ in range(GRPC_CALLS):
-                    await b.ops.read_file(path)
-                return (time.perf_counter() - start) / GRPC_CALLS
-
-            http = grpc_read = math.inf
-            for _ in range(GRPC_ROUNDS):
-                http = min(http, await theirs())
-                grpc_read = min(grpc_read, await ours())
-            return http, grpc_read
+            return await _alternated(
+                GRPC_ROUNDS,
+                lambda: _per_call(GRPC_CALLS, get),
+                lambda: _per_call(GRPC_CALLS, lambda: b.ops.read_file(path)),
+            )
 
     http, grpc_read = asyncio.run(run())
     detail = f"sandboxd GET {http * 1e3:.2f} ms, our gRPC read {grpc_read * 1e3:.2f} ms"
