@@ -29,7 +29,7 @@ from opsbroker.v1.sshframe import (
 
 from broker._frontends._service import METHODS
 from tests.grpc._harness import serving, token_of
-from tests.ssh._harness import make_keys
+from tests.ssh._harness import client_setup, make_keys, ssh_port
 
 pytestmark = pytest.mark.anyio
 
@@ -179,19 +179,10 @@ async def both(
         ssh_host_key=host_key,
     ) as server:
         (tmp_path / "ROOT" / ".env").write_text("TOKEN=1\n")
-        port = int(server.ssh_addresses[0].rsplit(":", 1)[1])
-        public = asyncssh.read_private_key(host_key).export_public_key().decode().strip()
-        known_hosts = tmp_path / "known_hosts"
-        known_hosts.write_text(f"[127.0.0.1]:{port} {public}\n")
+        setup = client_setup(ssh_port(server), client_key, host_key, tmp_path / "known_hosts")
         async with (
             grpc.aio.insecure_channel(server.addresses[0]) as channel,
-            asyncssh.connect(
-                "127.0.0.1",
-                port,
-                username="agent",
-                client_keys=[str(client_key)],
-                known_hosts=str(known_hosts),
-            ) as conn,
+            setup.raw() as conn,
         ):
             yield channel, token_of(server), conn, str(tmp_path / "ROOT")
 

@@ -12,7 +12,6 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import asyncssh
 import pytest
 from opsbroker.v1.codec import CHUNK_BYTES, LIMIT_KEYS
 
@@ -24,7 +23,7 @@ from broker._serve import BrokerServer
 from operations import InMemoryOperations, ProcessPolicy, Unavailable
 from tests.conformance._workspace import Workspace
 from tests.grpc._harness import client, serving
-from tests.ssh._harness import make_keys
+from tests.ssh._harness import client_setup, make_keys, ssh_port
 
 pytestmark = pytest.mark.anyio
 
@@ -94,17 +93,8 @@ async def served(tmp_path: Path) -> AsyncIterator[tuple[BrokerServer, GrpcBacken
         ssh_authorized_keys=authorized,
         ssh_host_key=host_key,
     ) as server:
-        port = int(server.ssh_addresses[0].rsplit(":", 1)[1])
-        public = asyncssh.read_private_key(host_key).export_public_key().decode().strip()
-        known_hosts = tmp_path / "known_hosts"
-        known_hosts.write_text(f"[127.0.0.1]:{port} {public}\n")
-        ssh = SSHBackend(
-            "127.0.0.1",
-            port,
-            username="agent",
-            client_keys=[str(client_key)],
-            known_hosts=str(known_hosts),
-        )
+        setup = client_setup(ssh_port(server), client_key, host_key, tmp_path / "known_hosts")
+        ssh = setup.backend()
         async with client(server) as grpc, ssh:
             yield server, grpc, ssh
 

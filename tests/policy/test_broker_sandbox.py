@@ -20,17 +20,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from unittest import mock
 
-import asyncssh
 import pytest
 
 from agent_side import connect
-from agent_side._remote.ssh import SSHBackend
 from broker import _landlock
 from broker._core import Broker
 from broker._landlock import SIGNAL_SCOPING_ABI, Sandbox, SandboxUnavailable, landlock_abi
 from operations import Backend, ExecResult, Policy
 from tests.grpc._harness import client, serving
-from tests.ssh._harness import make_keys
+from tests.ssh._harness import client_setup, make_keys, ssh_port
 
 ABI = landlock_abi()
 SIGNALS = ("kill the broker stand-in",)
@@ -433,17 +431,8 @@ async def test_ssh_commands_run_in_the_policy_sandbox(layout: Layout, tmp_path: 
     ) as server:
         assert server.enforcement is not None and server.enforcement.sandbox is not None
         tmpdir = server.enforcement.sandbox.tmpdir
-        port = int(server.ssh_addresses[0].rsplit(":", 1)[1])
-        public = asyncssh.read_private_key(host_key).export_public_key().decode().strip()
-        known_hosts = tmp_path / "known_hosts"
-        known_hosts.write_text(f"[127.0.0.1]:{port} {public}\n")
-        async with SSHBackend(
-            "127.0.0.1",
-            port,
-            username="agent",
-            client_keys=[str(client_key)],
-            known_hosts=str(known_hosts),
-        ) as ops:
+        setup = client_setup(ssh_port(server), client_key, host_key, tmp_path / "known_hosts")
+        async with setup.backend() as ops:
             # The attacks' variables arrive (else they would aim at "/" and prove nothing).
             probe = await _exec(ops, layout, 'echo "$OUT|$TMPDIR"', layout.env(0))
             assert probe == f"{layout.outside(0)}|{tmpdir}\n"

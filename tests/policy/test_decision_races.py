@@ -20,15 +20,13 @@ from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
-import asyncssh
 import pytest
 
-from agent_side._remote.ssh import SSHBackend
 from broker import Broker
 from broker._guard import Enforcement
 from operations import Backend, Policy, PolicyDenied
 from tests.grpc._harness import client, serving
-from tests.ssh._harness import make_keys
+from tests.ssh._harness import client_setup, make_keys, ssh_port
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -135,17 +133,8 @@ async def over_ssh(tmp_path: Path) -> AsyncIterator[Backend]:
         ssh_authorized_keys=authorized,
         ssh_host_key=host_key,
     ) as server:
-        port = int(server.ssh_addresses[0].rsplit(":", 1)[1])
-        public = asyncssh.read_private_key(host_key).export_public_key().decode().strip()
-        known_hosts = tmp_path / "known_hosts"
-        known_hosts.write_text(f"[127.0.0.1]:{port} {public}\n")
-        async with SSHBackend(
-            "127.0.0.1",
-            port,
-            username="agent",
-            client_keys=[str(client_key)],
-            known_hosts=str(known_hosts),
-        ) as ops:
+        setup = client_setup(ssh_port(server), client_key, host_key, tmp_path / "known_hosts")
+        async with setup.backend() as ops:
             yield ops
 
 

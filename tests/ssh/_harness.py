@@ -21,7 +21,8 @@ from operations import Backend
 class SSHSetup:
     """Paths of the keys and files a client needs, and the running front-end."""
 
-    frontend: SSHFrontend
+    frontend: SSHFrontend | None
+    """``None`` for a front-end started elsewhere (:func:`client_setup`)."""
     client_key: Path
     authorized_keys: Path
     host_key: Path
@@ -61,6 +62,19 @@ def make_keys(keys: Path) -> tuple[Path, Path]:
     authorized = keys / "authorized_keys"
     authorized.write_bytes(client.export_public_key())
     return client_key, authorized
+
+
+def client_setup(port: int, client_key: Path, host_key: Path, known_hosts: Path) -> SSHSetup:
+    """The client side of a broker serving SSH on ``127.0.0.1:port`` with ``host_key`` that was
+    started elsewhere (a ``BrokerServer``, ``opsbroker serve``): ``known_hosts`` is written."""
+    public = asyncssh.read_private_key(host_key).export_public_key().decode().strip()
+    known_hosts.write_text(f"[127.0.0.1]:{port} {public}\n")
+    return SSHSetup(None, client_key, Path(), host_key, known_hosts, port)
+
+
+def ssh_port(server: Any) -> int:
+    """The port of a ``BrokerServer``'s first SSH listener."""
+    return int(server.ssh_addresses[0].rsplit(":", 1)[1])
 
 
 @contextlib.asynccontextmanager

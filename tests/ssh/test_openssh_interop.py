@@ -12,13 +12,13 @@ import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import asyncssh
 import pytest
 
 from broker import Broker
 from tests.conformance._workspace import DiskWorkspace, tree_digest
 from tests.ssh._harness import (
     SSHSetup,
+    client_setup,
     exists_in,
     make_keys,
     read_in,
@@ -277,10 +277,7 @@ async def test_opsbroker_serve_ssh(tmp_path: Path, dirs: tuple[str, str]) -> Non
                 assert lines[-1], "the broker exited early"
         assert not any("grpc" in line for line in lines)
         port = int(lines[0].rsplit(":", 1)[1])
-        public = asyncssh.read_private_key(host_key).export_public_key().decode().strip()
-        known_hosts = tmp_path / "known_hosts"
-        known_hosts.write_text(f"[127.0.0.1]:{port} {public}\n")
-        setup = SSHSetup(None, client_key, authorized, host_key, known_hosts, port)  # type: ignore[arg-type]
+        setup = client_setup(port, client_key, host_key, tmp_path / "known_hosts")
         assert await ssh(setup, "echo hi") == (0, "hi\n", "")
         assert stat.S_IMODE(host_key.stat().st_mode) == 0o600
         records = [json.loads(line) for line in audit.read_text().splitlines()]

@@ -20,7 +20,6 @@ import termios
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import asyncssh
 import pytest
 
 from broker import Broker
@@ -30,7 +29,7 @@ from operations import ProcessState
 from tests.broker._procscan import MARK_VAR, new_marker, survivors
 from tests.conformance._workspace import DiskWorkspace
 from tests.grpc._harness import serving
-from tests.ssh._harness import SSHSetup, make_keys, serve_over_ssh
+from tests.ssh._harness import SSHSetup, client_setup, make_keys, serve_over_ssh, ssh_port
 from tests.ssh._procs import wait_for
 
 pytestmark = pytest.mark.anyio
@@ -302,12 +301,8 @@ async def _served(tmp_path: Path, policy: str) -> tuple[Path, dict[str, object]]
 
 
 def _setup_of(server: object, client_key: Path, tmp_path: Path) -> SSHSetup:
-    port = int(server.ssh_addresses[0].rsplit(":", 1)[1])  # type: ignore[attr-defined]
     host_key = tmp_path / "keys" / "host_ed25519"
-    public = asyncssh.read_private_key(host_key).export_public_key().decode().strip()
-    known_hosts = tmp_path / "known_hosts"
-    known_hosts.write_text(f"[127.0.0.1]:{port} {public}\n")
-    return SSHSetup(None, client_key, Path(), host_key, known_hosts, port)  # type: ignore[arg-type]
+    return client_setup(ssh_port(server), client_key, host_key, tmp_path / "known_hosts")
 
 
 def _files(root: str, outside: str) -> tuple[bool, str]:

@@ -11,7 +11,7 @@ from agent_side._remote.ssh import SSHBackend
 from broker._audit import read_records
 from operations import Unauthenticated
 from tests.grpc._harness import serving
-from tests.ssh._harness import make_keys
+from tests.ssh._harness import client_setup, make_keys, ssh_port
 
 pytestmark = pytest.mark.anyio
 
@@ -30,18 +30,15 @@ async def test_a_refused_key_is_audited_and_an_accepted_one_is_not(tmp_path: Pat
         ssh_host_key=host_key,
         audit_log=audit,
     ) as server:
-        port = int(server.ssh_addresses[0].rsplit(":", 1)[1])
-        public = asyncssh.read_private_key(host_key).export_public_key().decode().strip()
-        known_hosts = tmp_path / "known_hosts"
-        known_hosts.write_text(f"[127.0.0.1]:{port} {public}\n")
+        setup = client_setup(ssh_port(server), client_key, host_key, tmp_path / "known_hosts")
 
         def backend(key: Path, user: str) -> SSHBackend:
             return SSHBackend(
                 "127.0.0.1",
-                port,
+                setup.port,
                 username=user,
                 client_keys=[str(key)],
-                known_hosts=str(known_hosts),
+                known_hosts=str(setup.known_hosts),
             )
 
         with pytest.raises(Unauthenticated):
