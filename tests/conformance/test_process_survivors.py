@@ -12,13 +12,20 @@ client that closes leaves its processes running by design).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from broker import Broker
-from operations import InMemoryOperations, KillReason, ProcessOperations, ProcessState
+from operations import (
+    InMemoryOperations,
+    KillReason,
+    ProcessInfo,
+    ProcessOperations,
+    ProcessState,
+)
 from tests.broker._procscan import MARK_VAR, kill_pids, new_marker, survivors
 from tests.conformance._commands import ESCAPES
 from tests.conformance._workspace import DiskWorkspace, Workspace
@@ -60,18 +67,38 @@ async def until_started(procs: ProcessOperations, id: str) -> None:
     raise AssertionError(f"{id} ended without saying started: {seen!r}")
 
 
-@pytest.mark.parametrize("ending", sorted(ENDINGS))
-@pytest.mark.parametrize("escape", sorted(ESCAPES))
-async def test_nothing_survives(ws: Workspace, escape: str, ending: str) -> None:
+@contextlib.asynccontextmanager
+async def escape_started(
+    ws: Workspace, escape: str, **limits: float
+) -> AsyncIterator[tuple[ProcessOperations, ProcessInfo, str]]:
+    """``escape`` started with a fresh marker and seen up (on disk: the leader and the child that
+    tries to escape); whatever of it is left when the test ends is killed by PID."""
     procs = processes(ws)
     marker = new_marker()
     on_disk = isinstance(ws, DiskWorkspace)
-    options = {} if ending == "kill" else {ending: 0.5}
     try:
-        info = await procs.start(ESCAPES[escape], ws.root, env={MARK_VAR: marker}, **options)  # type: ignore[arg-type]
+        info = await procs.start(ESCAPES[escape], ws.root, env={MARK_VAR: marker}, **limits)  # type: ignore[arg-type]
         await until_started(procs, info.id)
-        if on_disk:  # the leader and the child that tries to escape
+        if on_disk:
             assert await wait_for(lambda: len(survivors(marker)) >= 2, WAIT_S), survivors(marker)
+        yield procs, info, marker
+    finally:
+        if on_disk:
+            kill_pids(survivors(marker))
+
+
+async def assert_nothing_left(ws: Workspace, procs: ProcessOperations, marker: str) -> None:
+    """No process runs, by the backend's list and, on disk, by a ``/proc`` scan for ``marker``."""
+    assert [p.id for p in await procs.list_processes() if p.running] == []
+    if isinstance(ws, DiskWorkspace):
+        assert await wait_for(lambda: survivors(marker) == [], WAIT_S), survivors(marker)
+
+
+@pytest.mark.parametrize("ending", sorted(ENDINGS))
+@pytest.mark.parametrize("escape", sorted(ESCAPES))
+async def test_nothing_survives(ws: Workspace, escape: str, ending: str) -> None:
+    limits = {} if ending == "kill" else {ending: 0.5}
+    async with escape_started(ws, escape, **limits) as (procs, info, marker):
         async with asyncio.timeout(WAIT_S):
             end = await (procs.kill(info.id) if ending == "kill" else procs.wait(info.id))
         assert (end.state, end.kill_reason, end.exit_code) == (
@@ -79,35 +106,17 @@ async def test_nothing_survives(ws: Workspace, escape: str, ending: str) -> None
             ENDINGS[ending],
             None,
         )
-        assert [p.id for p in await procs.list_processes() if p.running] == []
-        if on_disk:
-            assert await wait_for(lambda: survivors(marker) == [], WAIT_S), survivors(marker)
-    finally:
-        if on_disk:
-            kill_pids(survivors(marker))
+        await assert_nothing_left(ws, procs, marker)
 
 
 @pytest.mark.parametrize("escape", sorted(ESCAPES))
 async def test_nothing_survives_shutdown(owner_ws: Workspace, escape: str) -> None:
     """Closing the backend kills every running tree (``KillReason.SHUTDOWN``)."""
-    ws = owner_ws
-    procs = processes(ws)
-    marker = new_marker()
-    on_disk = isinstance(ws, DiskWorkspace)
-    try:
-        info = await procs.start(ESCAPES[escape], ws.root, env={MARK_VAR: marker})
-        await until_started(procs, info.id)
-        if on_disk:
-            assert await wait_for(lambda: len(survivors(marker)) >= 2, WAIT_S), survivors(marker)
+    async with escape_started(owner_ws, escape) as (procs, info, marker):
         waiting = asyncio.create_task(procs.wait(info.id))
         await asyncio.sleep(0)  # the wait has found the record before the backend closes
         async with asyncio.timeout(WAIT_S):
-            await ws.ops.aclose()
+            await owner_ws.ops.aclose()
             end = await waiting
         assert (end.state, end.kill_reason) == (ProcessState.KILLED, KillReason.SHUTDOWN)
-        assert [p.id for p in await procs.list_processes() if p.running] == []
-        if on_disk:
-            assert await wait_for(lambda: survivors(marker) == [], WAIT_S), survivors(marker)
-    finally:
-        if on_disk:
-            kill_pids(survivors(marker))
+        await assert_nothing_left(owner_ws, procs, marker)
