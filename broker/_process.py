@@ -147,7 +147,10 @@ class _Run:
     pidfd: int | None
     tree: Tree
     kill_reason: KillReason | None = None
-    kill_event: asyncio.Event = field(default_factory=asyncio.Event)
+    killed: asyncio.Future[None] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
+    """Done once a kill is requested."""
     finished: asyncio.Event = field(default_factory=asyncio.Event)
     last_activity: float = 0.0
     read_chunk: int = READ_CHUNK
@@ -160,7 +163,7 @@ class _Run:
         """Ask for the tree to be killed; the first reason wins."""
         if self.kill_reason is None:
             self.kill_reason = reason
-            self.kill_event.set()
+            self.killed.set_result(None)
 
 
 class _Leader:
@@ -675,8 +678,10 @@ class ProcessManager:
     # -- supervising ----------------------------------------------------------------------------
 
     async def _supervise(self, run: _Run, readers: Sequence[tuple[int, OnData]]) -> ExecResult:
+        # One task (the pump, which awaits ``on_data``); the exit and the kill are futures that
+        # callbacks complete, so a command costs few event-loop turns.
         pump = asyncio.create_task(self._pump_all(run, readers))
-        exited = asyncio.create_task(self._wait_exit(run))
+        exited = self._watch_exit(run)
         error: BaseException | None = None
         cancelled = False
         try:
@@ -687,7 +692,13 @@ class ProcessManager:
         except BaseException as e:  # on_data failed, or something unexpected: still kill
             error = e
             run.request_kill(KillReason.ABORTED)
-        _, again = await _run_to_end(self._finish(run, pump, exited))
+        again = False
+        if run.kill_reason is None and pump.done() and exited.done() and not run.tree.alive():
+            # The common end: nothing left to kill, read or reap, so finishing never suspends
+            # and no cancellation can cut it short.
+            await self._finish(run, pump, exited)
+        else:
+            _, again = await _run_to_end(self._finish(run, pump, exited))
         if cancelled or again:
             raise asyncio.CancelledError
         if error is not None:
@@ -700,29 +711,26 @@ class ProcessManager:
         return ExecResult(code)
 
     async def _wait_end(
-        self, run: _Run, pump: asyncio.Task[None], exited: asyncio.Task[None]
+        self, run: _Run, pump: asyncio.Task[None], exited: asyncio.Future[None]
     ) -> None:
         """Return when the tree must be killed, or the shell exited and output went idle."""
         loop = asyncio.get_running_loop()
-        killed = asyncio.create_task(run.kill_event.wait())
-        try:
-            while not exited.done() and not killed.done():
-                waiters = {exited, killed} if pump.done() else {exited, killed, pump}
-                await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-                if pump.done():
-                    pump.result()  # on_data raised: propagate (the caller kills the tree)
-            if run.kill_reason is not None:
-                return
-            run.last_activity = max(run.last_activity, loop.time())
-            while not pump.done() and run.kill_reason is None:
-                remaining = run.last_activity + self._idle_grace - loop.time()
-                if remaining <= 0:
-                    return
-                await asyncio.wait({pump, killed}, timeout=remaining)
+        killed = run.killed
+        while not exited.done() and not killed.done():
+            waiters = (exited, killed) if pump.done() else (exited, killed, pump)
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
             if pump.done():
-                pump.result()
-        finally:
-            killed.cancel()
+                pump.result()  # on_data raised: propagate (the caller kills the tree)
+        if run.kill_reason is not None:
+            return
+        run.last_activity = max(run.last_activity, loop.time())
+        while not pump.done() and run.kill_reason is None:
+            remaining = run.last_activity + self._idle_grace - loop.time()
+            if remaining <= 0:
+                return
+            await asyncio.wait((pump, killed), timeout=remaining)
+        if pump.done():
+            pump.result()
 
     async def _pump_all(self, run: _Run, readers: Sequence[tuple[int, OnData]]) -> None:
         if len(readers) == 1:
@@ -757,17 +765,35 @@ class ProcessManager:
                 await asyncio.sleep(0)  # a producer that never blocks must not starve the loop
             run.last_activity = loop.time()
 
+    def _watch_exit(self, run: _Run) -> asyncio.Future[None]:
+        """A future done once the leader has exited and been reaped: a callback on its pidfd
+        (no task), else a thread that waits for it."""
+        if run.pidfd is None:
+            return asyncio.ensure_future(self._wait_exit(run))
+        loop = asyncio.get_running_loop()
+        exited: asyncio.Future[None] = loop.create_future()
+        pidfd = run.pidfd
+
+        def reap() -> None:
+            loop.remove_reader(pidfd)
+            try:
+                run.leader.wait()  # it has exited: this does not block
+                run.tree.leader_exited()
+            except BaseException as e:
+                exited.set_exception(e)
+            else:
+                exited.set_result(None)
+
+        loop.add_reader(pidfd, reap)
+        return exited
+
     async def _wait_exit(self, run: _Run) -> None:
-        """Wait for the leader to exit and reap it (through its pidfd where there is one)."""
-        if run.pidfd is not None:
-            await _readable(run.pidfd)
-            run.leader.wait()
-        else:
-            await asyncio.get_running_loop().run_in_executor(None, run.leader.wait)
+        """Wait (in a thread) for the leader to exit and reap it: the path without pidfds."""
+        await asyncio.get_running_loop().run_in_executor(None, run.leader.wait)
         run.tree.leader_exited()
 
     async def _finish(
-        self, run: _Run, pump: asyncio.Task[None], exited: asyncio.Task[None]
+        self, run: _Run, pump: asyncio.Task[None], exited: asyncio.Future[None]
     ) -> None:
         """Kill what is left of the tree, stop reading, reap, and release the command's fds."""
         try:
