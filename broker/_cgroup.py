@@ -173,9 +173,27 @@ class CommandCgroup:
     """The ``(pids_max, memory_max)`` it was made with: a pooled group serves the same again."""
     recycle: Callable[[CommandCgroup], bool] | None = None
     """Takes the group back for reuse (returns whether it did); set by its :class:`CgroupTree`."""
-    events_fd: int = -1
-    """``cgroup.events``, open while the group exists: re-read with ``pread`` (a few microseconds,
-    where opening it costs tens), as the tree is checked several times per command."""
+    _fds: dict[str, int] = field(default_factory=dict, repr=False)
+    """Files of the groups, opened once and kept while the groups exist (a pooled group serves
+    many commands): checking or entering a group is then a ``pread`` or a write of a few
+    microseconds, not a path walk and an open of tens."""
+
+    def _file(self, path: str, flags: int) -> int:
+        fd = self._fds.get(path)
+        if fd is None:
+            fd = self._fds[path] = os.open(path, flags | os.O_CLOEXEC)
+        return fd
+
+    def _pread(self, path: str) -> bytes:
+        return os.pread(self._file(path, os.O_RDONLY), 256, 0)
+
+    def spawn_fds(self) -> tuple[int, list[int]]:
+        """What a child needs to enter the groups: the v2 group's directory (``O_PATH``: clone3
+        creates the child in it) and each v1 limit group's ``cgroup.procs`` (the child writes
+        itself into it). The group owns them: they stay open until :meth:`remove`."""
+        group_fd = self._file(self.path, os.O_PATH | os.O_DIRECTORY)
+        procs = [self._file(os.path.join(p, "cgroup.procs"), os.O_WRONLY) for p in self.limit_paths]
+        return group_fd, procs
 
     def pids(self) -> list[int]:
         try:
@@ -185,11 +203,7 @@ class CommandCgroup:
 
     def populated(self) -> bool:
         try:
-            if self.events_fd < 0:
-                self.events_fd = os.open(
-                    os.path.join(self.path, "cgroup.events"), os.O_RDONLY | os.O_CLOEXEC
-                )
-            events = os.pread(self.events_fd, 256, 0)
+            events = self._pread(os.path.join(self.path, "cgroup.events"))
         except OSError as e:
             if e.errno in (errno.ENOENT, errno.ENODEV):
                 return False  # removed: a group can only be removed once it is empty
@@ -208,9 +222,9 @@ class CommandCgroup:
         cgroup_kill(self.path)
 
     def remove(self) -> None:
-        if self.events_fd >= 0:
-            os.close(self.events_fd)
-            self.events_fd = -1
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
         for group in (self.path, *self.limit_paths):
             _remove(group)
 
@@ -225,12 +239,12 @@ class CommandCgroup:
             return False
         for group in self.limit_paths:
             try:
-                current = _read(os.path.join(group, "pids.current"))
+                current = self._pread(os.path.join(group, "pids.current"))
             except FileNotFoundError:
                 continue  # a memory group
             except OSError:
                 return False
-            if current.strip() != "0":
+            if current.strip() != b"0":
                 return False
         return True
 

@@ -635,7 +635,6 @@ class ProcessManager:
                 opened.append(cwd_fd)
             tree = self._tracker.new_tree(cookie)
             group_fd, procs = tree.spawn_fds()
-            opened += [group_fd, *procs] if group_fd >= 0 else procs
             pid = _native.spawn(
                 _executables(argv[0], child_env),
                 [os.fsencode(arg) for arg in argv],

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import signal as _signal
 
 from ._cgroup import CgroupTree, CommandCgroup
@@ -78,21 +77,7 @@ class CgroupCommandTree:
         self._adopted = Adopted()
 
     def spawn_fds(self) -> tuple[int, list[int]]:
-        # The v2 group as a directory: the child is created in it (clone3 takes O_PATH); v1
-        # limit groups are joined by a write to their cgroup.procs in the child.
-        flags = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
-        group_fd = os.open(self.group.path, flags)
-        procs: list[int] = []
-        try:
-            for path in self.group.limit_paths:
-                procs.append(
-                    os.open(os.path.join(path, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC)
-                )
-        except BaseException:
-            for fd in (group_fd, *procs):
-                os.close(fd)
-            raise
-        return group_fd, procs
+        return self.group.spawn_fds()
 
     def started(self, leader: int, pidfd: int | None) -> None:
         self._leader = leader
