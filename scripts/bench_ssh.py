@@ -913,6 +913,82 @@ async def _cpu_of(pid: int, workload: Callable[[], Awaitable[object]], n: int) -
     return _Cpu(broker, shells, client, wall)
 
 
+async def _core_cpu(n: int) -> float:
+    """CPU seconds per ``exec("true")`` of the broker core embedded in this process (no
+    transport; the shells are children, counted apart by the kernel)."""
+    from broker import Broker
+
+    with tempfile.TemporaryDirectory(prefix="opsbroker-bench-") as root:
+        async with Broker(root) as core:
+            for _ in range(20):
+                await core.exec("true", root, on_data=lambda _: None)
+            start = time.process_time()
+            for _ in range(n):
+                await core.exec("true", root, on_data=lambda _: None)
+            return (time.process_time() - start) / n
+
+
+async def _transport_floor(n: int) -> tuple[float, float]:
+    """Server CPU seconds per call of a bare grpc.aio server (a server-streaming call that writes
+    one small message) and of a bare asyncssh server (one small reply to one small message on an
+    open channel): what each transport costs before any code of ours runs
+    (``scripts/_floor_servers.py``, in a child process so that its CPU is its own)."""
+    import grpc.aio
+
+    server = await asyncio.create_subprocess_exec(
+        sys.executable, str(HERE / "scripts" / "_floor_servers.py"),
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    )  # fmt: skip
+    assert server.stdin is not None and server.stdout is not None
+    try:
+        async with asyncio.timeout(START_TIMEOUT_S):
+            ports = dict([(await server.stdout.readline()).split() for _ in range(2)])
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{int(ports[b'grpc'])}") as channel:
+            run = channel.unary_stream("/bench.Floor/Run")
+
+            async def grpc_call() -> None:
+                async for _ in run(b""):
+                    pass
+
+            grpc_cpu = await _server_cpu(server.pid, grpc_call, n)
+        async with asyncssh.connect(
+            "127.0.0.1", int(ports[b"ssh"]), username="bench", known_hosts=None,
+            encryption_algs=["aes128-gcm@openssh.com"], client_keys=None, agent_path=None,
+        ) as conn:  # fmt: skip
+            replies: asyncio.Queue[bytes] = asyncio.Queue()
+
+            class Session(asyncssh.SSHClientSession[bytes]):
+                def data_received(self, data: bytes, datatype: asyncssh.DataType) -> None:
+                    replies.put_nowait(data)
+
+            chan, _ = await conn.create_session(Session, subsystem="floor", encoding=None)
+
+            async def ssh_call() -> None:
+                chan.write(b"x" * 64)
+                await replies.get()
+
+            ssh_cpu = await _server_cpu(server.pid, ssh_call, n)
+            chan.close()
+        return grpc_cpu, ssh_cpu
+    finally:
+        server.stdin.close()
+        try:
+            await asyncio.wait_for(server.wait(), 10)
+        except TimeoutError:
+            server.kill()
+            await server.wait()
+
+
+async def _server_cpu(pid: int, call: Callable[[], Awaitable[object]], n: int) -> float:
+    """Thread CPU seconds of process ``pid`` per ``call``, over ``n`` calls after a warm-up."""
+    for _ in range(20):
+        await call()
+    before = _thread_cpu(pid)
+    for _ in range(n):
+        await call()
+    return (_thread_cpu(pid) - before) / n
+
+
 @benchmark
 def exec_cpu() -> None:
     """Broker CPU per ``exec("true")`` over gRPC and SSH (its own threads, without the shells,
@@ -925,6 +1001,14 @@ def exec_cpu() -> None:
     """
 
     async def run() -> None:
+        core = await _core_cpu(CPU_CALLS)
+        floor = dict(zip(("gRPC", "SSH"), await _transport_floor(CPU_CALLS), strict=True))
+        print(
+            f"exec_cpu floor: broker core {_ms(core)} per exec in process (no transport); bare "
+            f"grpc.aio server {_ms(floor['gRPC'])} per one-message streaming call; bare asyncssh "
+            f"server {_ms(floor['SSH'])} per message round trip on an open channel",
+            flush=True,
+        )
         async with _rig() as rig:
             root, pid = str(rig.root), rig.broker_pid
             for name, backend in (("gRPC", rig.grpc_backend), ("SSH", rig.ssh_backend)):
@@ -942,8 +1026,10 @@ def exec_cpu() -> None:
                 one = await _cpu_of(pid, sequential, CPU_CALLS)
                 print(
                     f"exec_cpu exec true [{name}]: broker {_ms(one.broker)} per exec "
-                    f"({one.broker / CPU_GOAL_S:.2f}x of the {_ms(CPU_GOAL_S)} goal); shells "
-                    f"{_ms(one.shells)}, client {_ms(one.client)}, wall {_ms(one.wall)}",
+                    f"({one.broker / CPU_GOAL_S:.2f}x of the {_ms(CPU_GOAL_S)} goal) = core "
+                    f"{_ms(core)} + bare transport {_ms(floor[name])} + the rest "
+                    f"{_ms(one.broker - core - floor[name])}; shells {_ms(one.shells)}, client "
+                    f"{_ms(one.client)}, wall {_ms(one.wall)}",
                     flush=True,
                 )
                 many = await _cpu_of(pid, concurrent, CONCURRENCY * CONCURRENT_ROUNDS)

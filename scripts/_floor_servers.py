@@ -1,0 +1,71 @@
+#!/usr/bin/env python3
+"""The transports' own floor: a bare grpc.aio and a bare asyncssh server, nothing of ours.
+
+Run by ``scripts/bench_ssh.py exec_cpu`` as a child process, so that its CPU can be read apart
+from the client's. Prints ``grpc PORT`` and ``ssh PORT`` once both listen, then serves until
+stdin closes. Each answers a call as the broker answers ``exec("true")``: gRPC, a server-streaming
+call that writes one small message and ends; SSH, one small reply to each small message on a
+session channel the client keeps open (as our SSH client reuses its channels).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+import asyncssh
+import grpc
+import grpc.aio
+
+REPLY = b"\x12\x02\x08\x00"  # the size of an ExecEvent carrying an exit code
+METHOD = "/bench.Floor/Run"
+
+
+async def _run(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> None:
+    await context.write(REPLY)
+
+
+class _Echo(asyncssh.SSHServerSession[bytes]):
+    def connection_made(self, chan: asyncssh.SSHServerChannel[bytes]) -> None:
+        self._chan = chan
+
+    def subsystem_requested(self, subsystem: str) -> bool:
+        return True
+
+    def data_received(self, data: bytes, datatype: asyncssh.DataType) -> None:
+        self._chan.write(REPLY)
+
+
+class _Server(asyncssh.SSHServer):
+    def begin_auth(self, username: str) -> bool:
+        return False  # no authentication: a loopback bench server
+
+    def session_requested(self) -> _Echo:
+        return _Echo()
+
+
+async def main() -> None:
+    handler = grpc.unary_stream_rpc_method_handler(_run)
+    generic = grpc.method_handlers_generic_handler("bench.Floor", {"Run": handler})
+    server = grpc.aio.server()
+    server.add_generic_rpc_handlers((generic,))
+    grpc_port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    ssh = await asyncssh.create_server(
+        _Server,
+        "127.0.0.1",
+        0,
+        server_host_keys=[asyncssh.generate_private_key("ssh-ed25519")],
+        encryption_algs=["aes128-gcm@openssh.com"],
+        encoding=None,
+    )
+    ssh_port = ssh.sockets[0].getsockname()[1]
+    print(f"grpc {grpc_port}\nssh {ssh_port}", flush=True)
+    loop = asyncio.get_running_loop()
+    await loop.run_in_executor(None, sys.stdin.read)
+    ssh.close()
+    await server.stop(None)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
