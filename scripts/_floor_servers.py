@@ -4,7 +4,7 @@
 Run by ``scripts/bench_ssh.py exec_cpu`` as a child process, so that its CPU can be read apart
 from the client's. Prints ``grpc PORT`` and ``ssh PORT`` once both listen, then serves until
 stdin closes. Each answers a call as the broker answers ``exec("true")``: gRPC, a server-streaming
-call that writes one small message and ends; SSH, one small reply to each small message on a
+call that writes one small message and ends (and, for comparison, a unary call); SSH, one small reply to each small message on a
 session channel the client keeps open (as our SSH client reuses its channels).
 """
 
@@ -23,6 +23,10 @@ METHOD = "/bench.Floor/Run"
 
 async def _run(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> None:
     await context.write(REPLY)
+
+
+async def _echo(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
+    return REPLY
 
 
 class _Echo(asyncssh.SSHServerSession[bytes]):
@@ -45,8 +49,11 @@ class _Server(asyncssh.SSHServer):
 
 
 async def main() -> None:
-    handler = grpc.unary_stream_rpc_method_handler(_run)
-    generic = grpc.method_handlers_generic_handler("bench.Floor", {"Run": handler})
+    handlers = {
+        "Run": grpc.unary_stream_rpc_method_handler(_run),
+        "Echo": grpc.unary_unary_rpc_method_handler(_echo),
+    }
+    generic = grpc.method_handlers_generic_handler("bench.Floor", handlers)
     server = grpc.aio.server()
     server.add_generic_rpc_handlers((generic,))
     grpc_port = server.add_insecure_port("127.0.0.1:0")

@@ -928,9 +928,9 @@ async def _core_cpu(n: int) -> float:
             return (time.process_time() - start) / n
 
 
-async def _transport_floor(n: int) -> tuple[float, float]:
+async def _transport_floor(n: int) -> tuple[float, float, float]:
     """Server CPU seconds per call of a bare grpc.aio server (a server-streaming call that writes
-    one small message) and of a bare asyncssh server (one small reply to one small message on an
+    one small message; then a unary call) and of a bare asyncssh server (one small reply to one small message on an
     open channel): what each transport costs before any code of ours runs
     (``scripts/_floor_servers.py``, in a child process so that its CPU is its own)."""
     import grpc.aio
@@ -951,6 +951,8 @@ async def _transport_floor(n: int) -> tuple[float, float]:
                     pass
 
             grpc_cpu = await _server_cpu(server.pid, grpc_call, n)
+            unary = channel.unary_unary("/bench.Floor/Echo")
+            unary_cpu = await _server_cpu(server.pid, lambda: unary(b""), n)
         async with asyncssh.connect(
             "127.0.0.1", int(ports[b"ssh"]), username="bench", known_hosts=None,
             encryption_algs=["aes128-gcm@openssh.com"], client_keys=None, agent_path=None,
@@ -969,7 +971,7 @@ async def _transport_floor(n: int) -> tuple[float, float]:
 
             ssh_cpu = await _server_cpu(server.pid, ssh_call, n)
             chan.close()
-        return grpc_cpu, ssh_cpu
+        return grpc_cpu, unary_cpu, ssh_cpu
     finally:
         server.stdin.close()
         try:
@@ -1002,11 +1004,13 @@ def exec_cpu() -> None:
 
     async def run() -> None:
         core = await _core_cpu(CPU_CALLS)
-        floor = dict(zip(("gRPC", "SSH"), await _transport_floor(CPU_CALLS), strict=True))
+        grpc_floor, unary_floor, ssh_floor = await _transport_floor(CPU_CALLS)
+        floor = {"gRPC": grpc_floor, "SSH": ssh_floor}
         print(
             f"exec_cpu floor: broker core {_ms(core)} per exec in process (no transport); bare "
-            f"grpc.aio server {_ms(floor['gRPC'])} per one-message streaming call; bare asyncssh "
-            f"server {_ms(floor['SSH'])} per message round trip on an open channel",
+            f"grpc.aio server {_ms(grpc_floor)} per one-message streaming call "
+            f"({_ms(unary_floor)} per unary call); bare asyncssh server {_ms(ssh_floor)} per "
+            "message round trip on an open channel",
             flush=True,
         )
         async with _rig() as rig:
