@@ -106,17 +106,22 @@ def _join(mount_root: str, mount_point: str, own: str) -> str | None:
     return os.path.join(mount_point, rel) if rel else mount_point
 
 
-def _remove(path: str) -> None:
+def _remove(path: str, *, wait: bool = True) -> bool:
+    """Remove the group ``path``; whether it is gone. The kernel may report a group busy just
+    after its last process exited: ``wait`` retries for up to :data:`RMDIR_RETRY_S` (blocking:
+    start-up and shutdown only), else this returns ``False`` at once for a later try."""
     deadline = time.monotonic() + RMDIR_RETRY_S
     while True:
         try:
             os.rmdir(path)
-            return
+            return True
         except FileNotFoundError:
-            return
+            return True
         except OSError as e:
             if e.errno != errno.EBUSY or time.monotonic() > deadline:
                 raise
+            if not wait:
+                return False
             time.sleep(0.005)
 
 
@@ -221,15 +226,17 @@ class CommandCgroup:
     def kill(self) -> None:
         cgroup_kill(self.path)
 
-    def remove(self) -> None:
+    def remove(self, *, wait: bool = True) -> bool:
+        """Close the groups' files and remove the groups; whether they are all gone (without
+        ``wait``, one the kernel still reports busy is left for a later call)."""
         for fd in self._fds.values():
             os.close(fd)
         self._fds.clear()
-        for group in (self.path, *self.limit_paths):
-            _remove(group)
+        return all([_remove(group, wait=wait) for group in (self.path, *self.limit_paths)])
 
     def release(self) -> None:
-        """Hand the finished command's groups back to their tree for reuse, else remove them."""
+        """Hand the finished command's groups back to their tree (for reuse, or to remove them
+        without blocking), else remove them."""
         if self.recycle is None or not self.recycle(self):
             self.remove()
 
@@ -249,6 +256,15 @@ class CommandCgroup:
         return True
 
 
+def _removed(cmd: CommandCgroup) -> bool:
+    """Try once more to remove a group that was busy; whether to stop trying."""
+    try:
+        return cmd.remove(wait=False)
+    except OSError as e:
+        log.warning("exec: could not remove cgroup %s: %s", cmd.path, e)
+        return True
+
+
 class CgroupTree:
     """The manager's own cgroup v2 group, under which each command gets a child group.
 
@@ -264,6 +280,7 @@ class CgroupTree:
         self._counter = 0
         self._pool: dict[tuple[int | None, int | None], list[CommandCgroup]] = {}
         self._pooled = 0
+        self._busy: list[CommandCgroup] = []  # removed, but the kernel said busy: retried later
         # A manager that is never closed still kills its commands and removes its groups.
         self._at_exit = weakref.finalize(
             self, _purge_at_exit, os.getpid(), path, list(v1_groups.values())
@@ -381,17 +398,24 @@ class CgroupTree:
         return cmd
 
     def _recycle(self, cmd: CommandCgroup) -> bool:
-        if self._at_exit.alive is False or self._pooled >= POOL_MAX or not cmd.reusable():
+        """Pool ``cmd`` for reuse, or remove it; a group the kernel still reports busy is
+        retried at the next release instead of waited for (no sleep on a command's path)."""
+        if self._at_exit.alive is False:
             return False
-        self._pool.setdefault(cmd.limits, []).append(cmd)
-        self._pooled += 1
+        self._busy = [busy for busy in self._busy if not _removed(busy)]
+        if self._pooled < POOL_MAX and cmd.reusable():
+            self._pool.setdefault(cmd.limits, []).append(cmd)
+            self._pooled += 1
+        elif not cmd.remove(wait=False):
+            self._busy.append(cmd)
         return True
 
     def remove(self) -> None:
         """Remove the manager's groups (every command's groups must be released already)."""
-        pooled = [cmd for idle in self._pool.values() for cmd in idle]
+        pooled = [cmd for idle in self._pool.values() for cmd in idle] + self._busy
         self._pool.clear()
         self._pooled = 0
+        self._busy = []
         for cmd in pooled:
             with contextlib.suppress(OSError):
                 cmd.remove()
