@@ -712,6 +712,21 @@ async def _per_connection(
     return per, gained
 
 
+def _plot(
+    name: str, title: str, x_label: str, series: dict[str, list[tuple[float, float]]]
+) -> None:
+    """Write ``series`` (milliseconds against a count) to ``$BENCH_PLOT_DIR/<name>.svg`` when
+    that variable names a directory (``BENCH_PLOT_DIR=docs`` refreshes the plots of the docs)."""
+    folder = os.environ.get("BENCH_PLOT_DIR")
+    if not folder:
+        return
+    from _svgplot import line_chart
+
+    path = Path(folder) / f"{name}.svg"
+    line_chart(path, title, x_label, "milliseconds (median)", series)
+    print(f"{name}: plot written to {path}", flush=True)
+
+
 @benchmark
 def cost_growth() -> None:
     """``exec true`` latency over gRPC and SSH with 1-256 commands already running in the broker,
@@ -765,6 +780,15 @@ def cost_growth() -> None:
                 f"| {n} | {_ms(grpc)} ({grpc / base[1]:.2f}x) | {_ms(ssh)} ({ssh / base[2]:.2f}x)"
                 f" | {per / 1024:.0f} KiB |"
             )
+        _plot(
+            "cost-growth",
+            "exec true with N commands already running",
+            "commands already running in the broker",
+            {
+                name: [(row[0], row[column] * 1e3) for row in rows]
+                for column, name in ((1, "gRPC"), (2, "SSH"))
+            },
+        )
         print(
             f"cost_growth: broker RSS per idle connection: gRPC {per_grpc / 1024:.0f} KiB "
             f"(the second {IDLE_CONNECTIONS} channels of {grpc_sockets}, one socket each), SSH "
@@ -864,6 +888,20 @@ def tree_growth() -> None:
                 f"({rd_s / first[3]:.2f}x) | {_ms(se_g)} ({se_g / local:.2f}x of rg) | "
                 f"{_ms(se_s)} ({se_s / local:.2f}x of rg) | {_ms(local)} |",
                 flush=True,
+            )
+        for name, title, columns in (
+            (
+                "tree-search",
+                "search (one match) with N files",
+                ((2, "gRPC"), (4, "SSH"), (5, "rg alone")),
+            ),
+            ("tree-read", "read 4 KiB with N files in the root", ((1, "gRPC"), (3, "SSH"))),
+        ):
+            _plot(
+                name,
+                title,
+                "files in the root",
+                {label: [(row[0], row[c] * 1e3) for row in rows] for c, label in columns},
             )
 
     asyncio.run(run())
