@@ -178,8 +178,9 @@ class GrpcBackend:
         options: Sequence[tuple[str, Any]] = (),
     ) -> None:
         self.target = target
-        self._metadata: tuple[tuple[str, str], ...] = (
-            (("authorization", f"Bearer {token}"),) if token else ()
+        # One Metadata for every call: grpc takes it as it is (a tuple is converted per call).
+        self._metadata = grpc.aio.Metadata(
+            *((("authorization", f"Bearer {token}"),) if token else ())
         )
         self._credentials = credentials
         self._call_timeout = call_timeout
@@ -657,25 +658,24 @@ class GrpcBackend:
             start.timeout = timeout
         deadline = None if timeout is None else timeout + self._exec_grace
         call = stub.Run(start, timeout=deadline, metadata=self._metadata)
-        run = _ExecCall(call, on_data, self._exec_grace, self._abort_run(start.abort_id))
+        # The call is read in its own task: a cancellation of ours must not reach grpc's read
+        # (that would cut the RPC at once) but first ask the broker to kill the tree.
+        run = _ExecCall(call, on_data, self._exec_grace, self._abort_run, start.abort_id)
         remove: Callable[[], None] | None = None
-        loop = asyncio.get_running_loop()
         try:
             if signal is not None:
+                loop = asyncio.get_running_loop()
 
                 def on_abort() -> None:
                     loop.call_soon_threadsafe(run.abort)
 
                 remove = signal.add_listener(on_abort)
-            # The call is read in its own task: a cancellation of ours must not reach grpc's
-            # read (that would cut the RPC at once) but first ask the broker to kill the tree.
-            reader = loop.create_task(run.result())
             try:
-                return await asyncio.shield(reader)
+                return await run.outcome
             except asyncio.CancelledError:
-                if reader.done():
+                if not run.reading:
                     raise
-                await run.stop_after_cancel(reader)
+                await run.stop_after_cancel()
                 raise
         except grpc.aio.AioRpcError as exc:
             if run.aborted and exc.code() is grpc.StatusCode.CANCELLED:
@@ -693,54 +693,70 @@ class GrpcBackend:
                 remove()
             run.close()
 
-    def _abort_run(self, abort_id: str) -> Callable[[], Coroutine[Any, Any, None]]:
-        """What asks the broker to kill the command named ``abort_id`` (errors ignored: the
-        exec's grace period covers a broker that cannot be told)."""
-
-        async def send() -> None:
-            stub = self._stub
-            if stub is None:
-                return
-            with contextlib.suppress(Exception):  # e.g. the channel closed meanwhile
-                await stub.AbortRun(
-                    pb.AbortRunRequest(abort_id=abort_id),
-                    timeout=self._exec_grace,
-                    metadata=self._metadata,
-                )
-
-        return send
+    async def _abort_run(self, abort_id: str) -> None:
+        """Ask the broker to kill the command named ``abort_id`` (errors ignored: the exec's
+        grace period covers a broker that cannot be told)."""
+        stub = self._stub
+        if stub is None:
+            return
+        with contextlib.suppress(Exception):  # e.g. the channel closed meanwhile
+            await stub.AbortRun(
+                pb.AbortRunRequest(abort_id=abort_id),
+                timeout=self._exec_grace,
+                metadata=self._metadata,
+            )
 
 
 class _ExecCall:
-    """One running ``Run`` stream: output to ``on_data``, then the exit event."""
+    """One running ``Run`` stream, read by a task of its own: output to ``on_data``, then the
+    exit event, handed to ``outcome``.
+
+    The caller awaits ``outcome``, a plain future the reader resolves itself: cancelling the
+    caller cancels that future, never the reader (nor grpc's read under it), and a result
+    reaches the caller in one step of the event loop (``asyncio.shield`` would take two).
+    """
 
     def __init__(
         self,
         call: Any,
         on_data: OnData,
         grace: float,
-        send_abort: Callable[[], Coroutine[Any, Any, None]],
+        send_abort: Callable[[str], Coroutine[Any, Any, None]],
+        abort_id: str,
     ) -> None:
         self._call = call
         self._on_data = on_data
         self._grace = grace
         self._send_abort = send_abort
-        self._scope: asyncio.Timeout | None = None
+        self._abort_id = abort_id
+        self._give_up: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self.aborted = False
         self.finished = False  # the exit event arrived: the call ends by itself
+        loop = asyncio.get_running_loop()
+        self.outcome: asyncio.Future[ExecResult] = loop.create_future()
+        self._reader = loop.create_task(self._read())
 
-    async def result(self) -> ExecResult:
-        async with asyncio.timeout(None) as scope:
-            self._scope = scope
-            if self.aborted:  # aborted before this task ran: the grace starts now
-                scope.reschedule(asyncio.get_running_loop().time() + self._grace)
-            try:
-                return await self._read_until_exit()
-            except TimeoutError:
-                if not self.aborted:
-                    raise
-                return ExecResult(None, KillReason.ABORTED)  # the broker is gone; the RPC is cut
+    @property
+    def reading(self) -> bool:
+        """The reader is still running (the caller was cancelled, not the reader)."""
+        return not self._reader.done()
+
+    async def _read(self) -> None:
+        """Resolve ``outcome`` with the exit, or with what ended the call first."""
+        outcome = self.outcome
+        try:
+            result = await self._read_until_exit()
+        except asyncio.CancelledError:
+            if not outcome.done():
+                outcome.cancel()
+            raise
+        except Exception as exc:
+            if not outcome.done():
+                outcome.set_exception(exc)
+        else:
+            if not outcome.done():
+                outcome.set_result(result)
 
     async def _read_until_exit(self) -> ExecResult:
         while True:
@@ -765,25 +781,32 @@ class _ExecCall:
         if self.aborted:
             return
         self.aborted = True
-        task = asyncio.get_running_loop().create_task(self._send_abort())
+        loop = asyncio.get_running_loop()
+        task = loop.create_task(self._send_abort(self._abort_id))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-        if self._scope is not None:
-            self._scope.reschedule(asyncio.get_running_loop().time() + self._grace)
+        self._give_up = loop.call_later(self._grace, self._gone)
 
-    async def stop_after_cancel(self, reader: asyncio.Task[ExecResult]) -> None:
+    def _gone(self) -> None:
+        """The broker did not confirm the kill in time: the exec ends aborted, and the RPC is cut."""
+        if not self.outcome.done():
+            self.outcome.set_result(ExecResult(None, KillReason.ABORTED))
+        self._reader.cancel()
+
+    async def stop_after_cancel(self) -> None:
         """On task cancellation: abort, and wait (at most ``grace``) for the broker to report
         that the tree is gone."""
         self.abort()
+        reader = self._reader
         try:
             await asyncio.wait((reader,), timeout=self._grace + 1)
         finally:
             if not reader.done():
                 reader.cancel()
-            elif not reader.cancelled():
-                reader.exception()  # retrieved: the caller sees the cancellation instead
 
     def close(self) -> None:
+        if self._give_up is not None:
+            self._give_up.cancel()
         call = self._call
         if not call.done():
             if self.finished:

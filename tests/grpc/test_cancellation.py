@@ -19,7 +19,7 @@ from opsbroker.v1 import broker_pb2 as pb
 from opsbroker.v1 import broker_pb2_grpc as pb_grpc
 
 from broker import Broker
-from operations import AbortController, ExecResult, KillReason
+from operations import AbortController, ExecResult, InMemoryOperations, KillReason
 from tests.broker._procscan import marked_env, new_marker, survivors
 
 from ._harness import client, serving, token_of
@@ -206,3 +206,57 @@ async def test_abort_ids_belong_to_their_principal(tmp_path: Path) -> None:
             assert caught.value.code() is grpc.StatusCode.INVALID_ARGUMENT
             end = await running
             assert end.exit_code == 0 and end.kill_reason == pb.KILL_REASON_UNSPECIFIED
+
+
+class _DeafExec(InMemoryOperations):
+    """An exec that ignores its abort and its cancellation until ``release`` is set: a broker
+    that never reports the kill."""
+
+    def __init__(self) -> None:
+        super().__init__(root="/w")
+        self.started = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def exec(self, command: str, cwd: str, **_: object) -> ExecResult:
+        self.started.set()
+        for _attempt in range(1000):  # each cancellation is swallowed, up to a bound
+            try:
+                await asyncio.shield(self.release.wait())
+                break
+            except asyncio.CancelledError:
+                continue
+        return ExecResult(0, None)
+
+
+GRACE_S = 0.3  # the client's exec_grace in the tests of a broker that never confirms
+
+
+@pytest.mark.parametrize("how", ["abort", "cancel"])
+async def test_a_kill_the_broker_never_confirms_ends_after_the_grace(
+    tmp_path: Path, how: str
+) -> None:
+    """An abort gives the broker ``exec_grace`` to confirm, then the exec ends ABORTED (and a
+    cancelled task raises), with the RPC cut: never the whole ``exec`` hangs on the broker."""
+    backend = _DeafExec()
+    controller = AbortController()
+    async with serving(tmp_path, backend) as server:
+        try:
+            async with client(server, exec_grace=GRACE_S) as ops:
+                task = asyncio.create_task(
+                    ops.exec("x", ops.root, on_data=lambda _: None, signal=controller.signal)
+                )
+                await asyncio.wait_for(backend.started.wait(), 10)
+                start = time.monotonic()
+                if how == "abort":
+                    controller.abort()
+                    assert await asyncio.wait_for(task, 10) == ExecResult(None, KillReason.ABORTED)
+                else:
+                    task.cancel()
+                    with pytest.raises(asyncio.CancelledError):
+                        await asyncio.wait_for(task, 10)
+                waited = time.monotonic() - start
+                # the grace, not the 1 s backstop of a cancelled caller's wait
+                assert GRACE_S * 0.9 <= waited < GRACE_S + 0.9, waited
+                assert await ops.exists(ops.root)  # the connection still serves
+        finally:
+            backend.release.set()
