@@ -10,7 +10,7 @@ from typing import Any, Final, Protocol
 from opsbroker.v1 import broker_pb2 as pb
 from opsbroker.v1.codec import CHUNK_BYTES
 
-__all__ = ["OUTPUT_BUFFER", "CommandOutput", "OutputSend"]
+__all__ = ["OUTPUT_BUFFER", "CommandOutput", "OutputSend", "Piece"]
 
 OUTPUT_BUFFER: Final = (
     4 * CHUNK_BYTES

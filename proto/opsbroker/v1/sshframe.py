@@ -318,7 +318,6 @@ def bytes_field_offset(message: bytes, field: int) -> int | None:
     if not message.startswith(tag):
         return None
     size = shift = 0
-    index = len(tag)
     for index in range(len(tag), min(len(tag) + 5, len(message))):  # a length is <= 5 bytes
         byte = message[index]
         size |= (byte & 0x7F) << shift
