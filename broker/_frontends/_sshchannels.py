@@ -39,6 +39,7 @@ from opsbroker.v1.sshframe import (
     Request,
     Role,
     State,
+    bytes_field_prefix,
 )
 
 from operations import (
@@ -53,6 +54,7 @@ from operations import (
     TooLarge,
 )
 
+from ._output import Piece
 from ._service import METHODS, Method, call_subject, decode, log_call
 from ._sftp import BackendSFTPServer
 
@@ -101,6 +103,8 @@ EXIT_TIMEOUT: Final = 124
 
 EXIT_KILLED: Final = 137
 """Exit status of a command killed for any other reason (128 + SIGKILL)."""
+
+_OUTPUT_FIELD: Final = pb.ExecEvent.DESCRIPTOR.fields_by_name["output"].number
 
 
 class _Kind:
@@ -509,6 +513,16 @@ class FrameChannel(_Kind):
         self._write(self.frames.send(Message(payload)))
         await self.drain()
 
+    async def send_output(self, pieces: list[Piece], size: int) -> None:
+        """Send ``ExecEvent(output=b"".join(pieces))``, framed with one copy of the output."""
+        prefix = bytes_field_prefix(_OUTPUT_FIELD, size)
+        if len(prefix) + size >= self.frames.max_frame_size:
+            raise TooLarge(
+                "reply", None, f"a {len(prefix) + size}-byte message exceeds the SSH frame limit"
+            )
+        self._write(self.frames.send_message([prefix, *pieces]))
+        await self.drain()
+
     async def _run_call(
         self, method_name: str, first: bytes, inbound: asyncio.Queue[bytes | None]
     ) -> None:
@@ -561,10 +575,26 @@ class FrameChannel(_Kind):
             self.chan.close()
 
 
+class _FrameSend:
+    """A framed call's ``send``: messages, and command output as raw pieces
+    (:class:`~._output.OutputSend`)."""
+
+    __slots__ = ("_channel",)
+
+    def __init__(self, channel: FrameChannel) -> None:
+        self._channel = channel
+
+    def __call__(self, message: ProtoMessage) -> Coroutine[object, object, None]:
+        return self._channel.send(message)
+
+    def output(self, pieces: list[Piece], size: int) -> Coroutine[object, object, None]:
+        return self._channel.send_output(pieces, size)
+
+
 class _FrameCall:
     """The :class:`~._service.Call` of one framed call."""
 
-    __slots__ = ("_channel", "_first", "_inbound", "_method", "ops", "principal", "subject")
+    __slots__ = ("_channel", "_first", "_inbound", "_method", "ops", "principal", "send", "subject")
 
     def __init__(
         self,
@@ -580,9 +610,7 @@ class _FrameCall:
         self.ops: Backend = channel.server.ops
         self.principal = channel.server.principal
         self.subject: str | None = None
-
-    async def send(self, message: ProtoMessage) -> None:
-        await self._channel.send(message)
+        self.send = _FrameSend(channel)
 
     async def receive(self) -> ProtoMessage | None:
         data, self._first = self._first, None

@@ -68,3 +68,44 @@ async def test_no_output_no_writer() -> None:
     await output(b"")
     await output.drain()
     assert context.events == []
+
+
+class RawContext:
+    """A ``send`` that takes output as raw pieces (``output``), as the SSH front-end's does."""
+
+    def __init__(self) -> None:
+        self.pieces: list[list[bytes | memoryview]] = []
+        self.messages: list[Any] = []
+
+    async def __call__(self, message: Any) -> None:
+        self.messages.append(message)
+
+    async def output(self, pieces: list[bytes | memoryview], size: int) -> None:
+        assert size == sum(map(len, pieces)) <= OUTPUT_EVENT_BYTES
+        await asyncio.sleep(0.001)
+        self.pieces.append(pieces)
+
+
+async def test_a_raw_send_gets_the_output_uncopied_in_order() -> None:
+    context = RawContext()
+    output = CommandOutput(context, event_bytes=OUTPUT_EVENT_BYTES)
+    chunks = [bytes([i]) * (OUTPUT_EVENT_BYTES // 3 + i) for i in range(12)]
+    for chunk in chunks:
+        await output(chunk)
+    await output.drain()
+    assert context.messages == []
+    assert b"".join(b"".join(p) for p in context.pieces) == b"".join(chunks)
+    split = [
+        piece for pieces in context.pieces for piece in pieces if isinstance(piece, memoryview)
+    ]
+    assert split and all(isinstance(view.obj, bytes) for view in split)  # views, not copies
+
+
+async def test_a_buffer_that_changes_after_the_call_is_not_aliased() -> None:
+    context = RawContext()
+    output = CommandOutput(context, event_bytes=OUTPUT_EVENT_BYTES)
+    data = bytearray(b"a" * 1000)
+    await output(data)  # type: ignore[arg-type]
+    data[:] = b"b" * 1000
+    await output.drain()
+    assert b"".join(b"".join(p) for p in context.pieces) == b"a" * 1000

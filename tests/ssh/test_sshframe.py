@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from opsbroker.v1 import broker_pb2 as pb
 from opsbroker.v1.sshframe import (
     NEED_DATA,
     TRANSITIONS,
@@ -20,6 +21,8 @@ from opsbroker.v1.sshframe import (
     Request,
     Role,
     State,
+    bytes_field_offset,
+    bytes_field_prefix,
 )
 
 CLIENT, SERVER = Role.CLIENT, Role.SERVER
@@ -301,3 +304,103 @@ def test_large_messages_in_any_pieces_arrive_intact(piece: int) -> None:
         got += _events(receiver)
     assert got == [*(Message(body) for body in bodies), End()]
     assert isinstance(got[0], Message) and type(got[0].message) is bytes
+
+
+def test_frames_are_cut_from_the_received_bytes_in_order() -> None:
+    """Whole frames come out of the bytes as received; a frame's start left over is gathered
+    with what the next receive brings, even when the caller did not drain in between."""
+    states = {CLIENT: State.DONE, SERVER: State.SEND}
+    sender = _conn(SERVER, states)
+    bodies = [bytes([n]) * (1000 * n + 1) for n in range(6)]
+    wire = b"".join(sender.send(Message(body)) for body in bodies) + sender.send(End())
+    receiver = _conn(CLIENT, states)
+    cut = (5 + 1) + (5 + 1001) + 3  # inside the third frame
+    receiver.receive_data(wire[:cut])
+    receiver.receive_data(wire[cut : cut + 5])  # not drained: two frames wait before this
+    receiver.receive_data(wire[cut + 5 :])
+    assert not receiver.closed_by_peer
+    assert list(_events(receiver)) == [*(Message(body) for body in bodies), End()]
+    receiver.receive_data(b"")
+    assert receiver.next_event() is NEED_DATA and receiver.closed_by_peer
+
+
+def test_received_bytes_are_not_aliased() -> None:
+    """A mutable buffer handed to receive_data may change afterwards: frames keep what came."""
+    conn = _conn(CLIENT, {CLIENT: State.DONE, SERVER: State.SEND})
+    data = bytearray.fromhex("0000000402616263000000")  # a frame, then a next one's start
+    conn.receive_data(data)  # type: ignore[arg-type]
+    data[5:] = b"xyz\x00\x00\x00"
+    assert conn.next_event() == Message(b"abc")
+    conn.receive_data(b"\x02\x02z")
+    assert conn.next_event() == Message(b"z")
+
+
+def test_eof_inside_a_frame_left_in_the_received_bytes() -> None:
+    conn = _conn(CLIENT, {CLIENT: State.DONE, SERVER: State.SEND})
+    conn.receive_data(bytes.fromhex("000000040261626300000004026162"))
+    assert conn.next_event() == Message(b"abc")
+    assert conn.next_event() is NEED_DATA
+    conn.receive_data(b"")
+    assert not conn.closed_by_peer
+    with pytest.raises(RemoteProtocolError, match=r"in the middle of a frame \(7 bytes\)"):
+        conn.next_event()
+
+
+def test_send_message_is_the_frame_of_the_joined_pieces() -> None:
+    states = {CLIENT: State.SEND, SERVER: State.SEND}
+    data = bytes(range(256)) * 40
+    parts: list[bytes | memoryview] = [b"\x12\x80\x50", memoryview(data)[:5000], data[5000:]]
+    conn = _conn(CLIENT, states)
+    assert conn.send_message(parts) == _conn(CLIENT, states).send(Message(b"".join(parts)))
+    assert conn.states == states
+    assert conn.send_message([]) == bytes.fromhex("0000000102")
+
+
+def test_send_message_refuses_what_send_refuses() -> None:
+    idle = FrameConnection(CLIENT)
+    with pytest.raises(LocalProtocolError, match="can't handle Message from client in state IDLE"):
+        idle.send_message([b"x"])
+    assert idle.our_state is State.ERROR
+    small = _conn(CLIENT, {CLIENT: State.SEND, SERVER: State.SEND}, max_frame_size=16)
+    with pytest.raises(LocalProtocolError, match="frame too large: 17 > 16 bytes"):
+        small.send_message([b"x" * 10, memoryview(b"y" * 6)])
+    assert small.our_state is State.ERROR
+
+
+@pytest.mark.parametrize("size", [0, 1, 127, 128, 16383, 16384, 262135, 1 << 21])
+def test_bytes_field_prefix_is_protobufs_encoding(size: int) -> None:
+    value = b"v" * size
+    output = pb.ExecEvent(output=value).SerializeToString()  # a oneof: set even when empty
+    assert bytes_field_prefix(1, size) + value == output
+    assert bytes_field_offset(output, 1) == len(output) - size
+    if size:
+        data = pb.WriteFileRequest(data=value).SerializeToString()
+        assert bytes_field_prefix(2, size) + value == data
+        assert bytes_field_offset(data, 2) == len(data) - size
+        assert bytes_field_offset(data, 1) is None
+
+
+# (description, serialized message): not exactly one bytes field 1, so parsed as usual
+OTHER_MESSAGES: list[tuple[str, bytes]] = [
+    ("empty", b""),
+    ("exit event", pb.ExecEvent(exit=pb.ExecExit(exit_code=3)).SerializeToString()),
+    ("another field after it", pb.ExecEvent(output=b"ab").SerializeToString() + b"\x10\x01"),
+    ("length longer than the rest", bytes.fromhex("0a0561")),
+    ("length shorter than the rest", bytes.fromhex("0a016162")),
+    ("tag only", bytes.fromhex("0a")),
+    ("length not finished", bytes.fromhex("0a80")),
+    ("length over five bytes", bytes.fromhex("0a8080808080800061")),
+    ("another field", bytes.fromhex("1201610a0162")),
+]
+
+
+@pytest.mark.parametrize(("name", "message"), OTHER_MESSAGES, ids=lambda v: str(v)[:30])
+def test_bytes_field_offset_refuses_other_messages(name: str, message: bytes) -> None:
+    assert bytes_field_offset(message, 1) is None
+
+
+def test_bytes_field_prefix_checks_its_arguments() -> None:
+    with pytest.raises(ValueError, match="field number must be in 1"):
+        bytes_field_prefix(0, 1)
+    with pytest.raises(ValueError, match="size must be >= 0, got -1"):
+        bytes_field_prefix(1, -1)

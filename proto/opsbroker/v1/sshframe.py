@@ -29,12 +29,20 @@ Messages are opaque here: the front-end and the client put serialized protobuf m
 same messages as the gRPC service) in them. One channel carries one call at a time; after both
 sides are ``DONE``, :meth:`FrameConnection.start_next_call` lets the channel carry another.
 Closing the channel is the other way to cancel a call.
+
+Bulk data (command output, file content) crosses in messages whose only field is one ``bytes``
+field. :meth:`FrameConnection.send_message` frames such a message from its pieces in one copy
+(:func:`bytes_field_prefix` gives the field's tag and length), and :func:`bytes_field_offset`
+finds the field's value in a received message without parsing it: neither builds the message.
+A frame that arrives whole in one :meth:`FrameConnection.receive_data` is cut out of those bytes
+directly (one copy); only a frame split across receives is gathered in a buffer first.
 """
 
 from __future__ import annotations
 
 import enum
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Final
 
@@ -58,6 +66,8 @@ __all__ = [
     "Request",
     "Role",
     "State",
+    "bytes_field_offset",
+    "bytes_field_prefix",
 ]
 
 SUBSYSTEM: Final = "opsbroker"
@@ -71,6 +81,7 @@ MAX_METHOD_LENGTH: Final = 64
 """Longest method name: names are short identifiers, a longer one is a corrupt frame."""
 
 _HEADER = struct.Struct(">IB")
+_LENGTH = struct.Struct(">I")
 
 HEADER_BYTES: Final = _HEADER.size
 """Bytes a frame adds before its body (length and kind)."""
@@ -276,6 +287,50 @@ def _decode_body(kind: int, body: bytes) -> Event:
     return End(body)
 
 
+# --- messages of one bytes field -----------------------------------------------------------------
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def bytes_field_prefix(field: int, size: int) -> bytes:
+    """The protobuf tag and length of a ``bytes`` field ``field`` holding ``size`` bytes: with
+    the value after it, the serialized message whose only field that is (as
+    ``SerializeToString`` writes it)."""
+    if not 0 < field < 1 << 29:
+        raise ValueError(f"field number must be in 1..{(1 << 29) - 1}, got {field}")
+    if size < 0:
+        raise ValueError(f"size must be >= 0, got {size}")
+    return _varint(field << 3 | 2) + _varint(size)
+
+
+def bytes_field_offset(message: bytes, field: int) -> int | None:
+    """Where the value starts if the serialized ``message`` is exactly one ``bytes`` field
+    ``field`` (tag, length, then the value to the end); ``None`` for any other message, which
+    the caller parses as usual."""
+    tag = _varint(field << 3 | 2)
+    if not message.startswith(tag):
+        return None
+    size = shift = 0
+    for index in range(len(tag), min(len(tag) + 5, len(message))):  # a length is <= 5 bytes
+        byte = message[index]
+        size |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            start = index + 1
+            return start if size == len(message) - start else None
+    return None
+
+
+_MESSAGE_EVENT: Final = Message(b"")  # what send_message() moves the state machine with
+
+
 class FrameConnection:
     """One side of one channel of the ``opsbroker`` subsystem.
 
@@ -292,7 +347,9 @@ class FrameConnection:
         self.their_role = Role.SERVER if role is Role.CLIENT else Role.CLIENT
         self.max_frame_size = max_frame_size
         self.states: dict[Role, State] = {Role.CLIENT: State.IDLE, Role.SERVER: State.IDLE}
-        self._buffer = bytearray()
+        self._buffer = bytearray()  # a frame split across receives, gathered (copied)
+        self._data = b""  # the bytes last received, not copied: frames are cut from _offset on
+        self._offset = 0
         self._eof = False
 
     @property
@@ -338,12 +395,39 @@ class FrameConnection:
             raise
         return _HEADER.pack(length, event.kind) + body
 
+    def send_message(self, parts: Sequence[bytes | memoryview]) -> bytes:
+        """The bytes of a :class:`Message` frame whose message is ``parts`` joined, built with
+        one copy of them (``send(Message(b"".join(parts)))`` makes two).
+
+        Raises:
+            LocalProtocolError: as :meth:`send`.
+        """
+        length = 1 + sum(map(len, parts))
+        try:
+            self._process(self.our_role, _MESSAGE_EVENT)
+            if length > self.max_frame_size:
+                raise LocalProtocolError(f"frame too large: {length} > {self.max_frame_size} bytes")
+        except LocalProtocolError:
+            self._fail()
+            raise
+        return b"".join((_HEADER.pack(length, Message.kind), *parts))
+
     def receive_data(self, data: bytes) -> None:
-        """Buffer bytes received from the peer; ``b""`` means the peer closed its side (EOF)."""
+        """Take bytes received from the peer; ``b""`` means the peer closed its side (EOF).
+
+        The bytes are kept as they are (not copied) until :meth:`next_event` has cut the whole
+        frames out of them; what is left of them then is copied into the buffer by the next call.
+        """
         if data:
             if self._eof:
                 raise RuntimeError("received data after EOF")
-            self._buffer += data
+            if self._offset < len(self._data):  # the start of a frame this data continues
+                self._buffer += memoryview(self._data)[self._offset :]
+            self._data, self._offset = b"", 0
+            if self._buffer:
+                self._buffer += data
+            else:
+                self._data = bytes(data)  # the same object when it is bytes
         else:
             self._eof = True
 
@@ -371,23 +455,42 @@ class FrameConnection:
             raise RemoteProtocolError(str(exc)) from exc
 
     def _extract_event(self) -> Event | _NeedData:
+        data, offset = self._data, self._offset
+        if offset < len(data):
+            left = len(data) - offset
+            if left >= 4:
+                (length,) = _LENGTH.unpack_from(data, offset)
+                self._check_length(length)
+                if left >= 4 + length:
+                    self._offset = end = offset + 4 + length
+                    if end == len(data):
+                        self._data, self._offset = b"", 0
+                    return _decode_body(data[offset + 4], data[offset + 5 : end])
+            return self._need_data(left)
         buffer = self._buffer
         if len(buffer) >= 4:
-            (length,) = struct.unpack_from(">I", buffer)
-            if length > self.max_frame_size:
-                raise LocalProtocolError(f"frame too large: {length} > {self.max_frame_size} bytes")
-            if length == 0:
-                raise LocalProtocolError("frame length 0 has no kind")
+            (length,) = _LENGTH.unpack_from(buffer)
+            self._check_length(length)
             if len(buffer) >= 4 + length:
                 kind = buffer[4]
                 with memoryview(buffer) as view:  # one copy of the body, not two
                     body = view[5 : 4 + length].tobytes()
                 del buffer[: 4 + length]
                 return _decode_body(kind, body)
+        return self._need_data(len(buffer))
+
+    def _check_length(self, length: int) -> None:
+        if length > self.max_frame_size:
+            raise LocalProtocolError(f"frame too large: {length} > {self.max_frame_size} bytes")
+        if length == 0:
+            raise LocalProtocolError("frame length 0 has no kind")
+
+    def _need_data(self, pending: int) -> _NeedData:
+        """NEED_DATA with ``pending`` bytes of an incomplete frame held; at EOF, the error."""
         if self._eof:
-            if buffer:
+            if pending:
                 raise LocalProtocolError(
-                    f"peer closed the channel in the middle of a frame ({len(buffer)} bytes)"
+                    f"peer closed the channel in the middle of a frame ({pending} bytes)"
                 )
             if self.their_state is State.SEND:
                 raise LocalProtocolError("peer closed the channel in the middle of a call")
@@ -396,7 +499,7 @@ class FrameConnection:
     @property
     def closed_by_peer(self) -> bool:
         """The peer sent EOF and every frame before it has been consumed."""
-        return self._eof and not self._buffer
+        return self._eof and not self._buffer and self._offset >= len(self._data)
 
     def start_next_call(self) -> None:
         """Return both sides to ``IDLE`` after a call is over (both ``DONE``), to reuse the
