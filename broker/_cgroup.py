@@ -178,26 +178,26 @@ class CommandCgroup:
     """The ``(pids_max, memory_max)`` it was made with: a pooled group serves the same again."""
     recycle: Callable[[CommandCgroup], bool] | None = None
     """Takes the group back for reuse (returns whether it did); set by its :class:`CgroupTree`."""
-    _fds: dict[str, int] = field(default_factory=dict, repr=False)
+    _fds: dict[tuple[str, str], int] = field(default_factory=dict, repr=False)
     """Files of the groups, opened once and kept while the groups exist (a pooled group serves
     many commands): checking or entering a group is then a ``pread`` or a write of a few
     microseconds, not a path walk and an open of tens."""
 
-    def _file(self, path: str, flags: int) -> int:
-        fd = self._fds.get(path)
+    def _file(self, group: str, name: str, flags: int) -> int:
+        fd = self._fds.get((group, name))
         if fd is None:
-            fd = self._fds[path] = os.open(path, flags | os.O_CLOEXEC)
+            fd = self._fds[group, name] = os.open(os.path.join(group, name), flags | os.O_CLOEXEC)
         return fd
 
-    def _pread(self, path: str) -> bytes:
-        return os.pread(self._file(path, os.O_RDONLY), 256, 0)
+    def _pread(self, group: str, name: str) -> bytes:
+        return os.pread(self._file(group, name, os.O_RDONLY), 256, 0)
 
     def spawn_fds(self) -> tuple[int, list[int]]:
         """What a child needs to enter the groups: the v2 group's directory (``O_PATH``: clone3
         creates the child in it) and each v1 limit group's ``cgroup.procs`` (the child writes
         itself into it). The group owns them: they stay open until :meth:`remove`."""
-        group_fd = self._file(self.path, os.O_PATH | os.O_DIRECTORY)
-        procs = [self._file(os.path.join(p, "cgroup.procs"), os.O_WRONLY) for p in self.limit_paths]
+        group_fd = self._file(self.path, "", os.O_PATH | os.O_DIRECTORY)
+        procs = [self._file(p, "cgroup.procs", os.O_WRONLY) for p in self.limit_paths]
         return group_fd, procs
 
     def pids(self) -> list[int]:
@@ -208,7 +208,7 @@ class CommandCgroup:
 
     def populated(self) -> bool:
         try:
-            events = self._pread(os.path.join(self.path, "cgroup.events"))
+            events = self._pread(self.path, "cgroup.events")
         except OSError as e:
             if e.errno in (errno.ENOENT, errno.ENODEV):
                 return False  # removed: a group can only be removed once it is empty
@@ -246,7 +246,7 @@ class CommandCgroup:
             return False
         for group in self.limit_paths:
             try:
-                current = self._pread(os.path.join(group, "pids.current"))
+                current = self._pread(group, "pids.current")
             except FileNotFoundError:
                 continue  # a memory group
             except OSError:
