@@ -16,7 +16,7 @@ import grpc
 import grpc.aio
 import pytest
 from opsbroker.v1 import broker_pb2 as pb
-from opsbroker.v1.codec import ERROR_METADATA_KEY
+from opsbroker.v1.codec import CHUNK_BYTES, ERROR_METADATA_KEY
 from opsbroker.v1.sshframe import (
     NEED_DATA,
     End,
@@ -53,7 +53,7 @@ def _req(message: object) -> bytes:
 
 
 def cases(root: str) -> list[Case]:
-    run = pb.ExecRequest
+    run, small = pb.ExecRequest, pb.WriteSmallFileRequest
     return [
         Case("write: no path", "WriteFile", (_req(pb.WriteFileRequest(data=b"x")),)),
         Case("write: no message", "WriteFile", ()),
@@ -75,6 +75,22 @@ def cases(root: str) -> list[Case]:
         ),
         Case("write: escape", "WriteFile", (_req(pb.WriteFileRequest(path=f"{root}/../x")),)),
         Case("write: undecodable", "WriteFile", (b"\xff\xff\xff",)),
+        Case(
+            "write small: one chunk",
+            "WriteSmallFile",
+            (_req(small(path=f"{root}/small", data=b"x" * CHUNK_BYTES, mode=0o640)),),
+        ),
+        Case(
+            "write small: above one chunk",
+            "WriteSmallFile",
+            (_req(small(path=f"{root}/small", data=b"x" * (CHUNK_BYTES + 1))),),
+        ),
+        Case("write small: escape", "WriteSmallFile", (_req(small(path=f"{root}/../x")),)),
+        Case("write small: denied", "WriteSmallFile", (_req(small(path=f"{root}/.env")),)),
+        Case(
+            "write small: bad mode", "WriteSmallFile", (_req(small(path=f"{root}/m", mode=8**4)),)
+        ),
+        Case("write small: undecodable", "WriteSmallFile", (b"\xff\xff\xff",)),
         Case("run: unknown shell", "Run", (_req(run(command="true", cwd=root, shell=7)),)),  # type: ignore[arg-type]
         Case("run: negative timeout", "Run", (_req(run(command="true", cwd=root, timeout=-1)),)),
         Case("run: zero timeout", "Run", (_req(run(command="true", cwd=root, timeout=0)),)),
@@ -209,6 +225,12 @@ WANT = {
     "write: stream past its size": "invalid_argument",
     "write: escape": "escapes_root",
     "write: undecodable": "invalid_argument",
+    "write small: one chunk": "ok",
+    "write small: above one chunk": "invalid_argument",
+    "write small: escape": "escapes_root",
+    "write small: denied": "policy_denied",
+    "write small: bad mode": "invalid_argument",
+    "write small: undecodable": "invalid_argument",
     "run: unknown shell": "invalid_argument",
     "run: negative timeout": "invalid_argument",
     "run: zero timeout": "invalid_argument",

@@ -488,8 +488,14 @@ class GrpcBackend:
     async def write_file(self, path: str, content: bytes | str, *, mode: int | None = None) -> None:
         _check("write_file", path)
         check_mode(mode, "write_file", path)
-        stub = await self._ensure()
         data = content.encode() if isinstance(content, str) else bytes(content)
+        if len(data) <= CHUNK_BYTES:
+            # Most writes fit in one chunk: one unary call, which costs grpc.aio fewer batches
+            # and tasks than a client stream. Not retried: a write is not idempotent.
+            request = pb.WriteSmallFileRequest(path=path, data=data, mode=mode)
+            await self._change("write_file", path, "WriteSmallFile", request)
+            return
+        stub = await self._ensure()
 
         async def messages() -> AsyncIterator[pb.WriteFileRequest]:
             pieces = chunks(data, CHUNK_BYTES)

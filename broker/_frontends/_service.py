@@ -313,6 +313,22 @@ class Service:
             raise
         await call.send(pb.Empty())
 
+    async def WriteSmallFile(self, request: pb.WriteSmallFileRequest, call: Call) -> None:
+        """``WriteFile`` of content that fits one chunk, in one message: the same checks, the
+        same ``write_chunks`` call (so the same policy, audit line, errors and atomic write);
+        content above :data:`CHUNK_BYTES` is refused unread, and the client streams it."""
+        path = request.path
+        if len(request.data) > CHUNK_BYTES:
+            raise InvalidArgument(
+                "write_file",
+                path,
+                f"WriteSmallFile carries at most {CHUNK_BYTES} bytes, got {len(request.data)}; "
+                "use WriteFile for larger content",
+            )
+        pieces = self._pieces(path, request, _end_of_stream, None)
+        await write_chunks(call.ops, path, pieces, mode=_mode(request))
+        await call.send(pb.Empty())
+
     async def _upload(self, call: Call) -> tuple[str, int | None, AsyncIterator[bytes]]:
         first = await _next(call, "write_file")
         if not isinstance(first, pb.WriteFileRequest) or not first.path:
@@ -324,30 +340,43 @@ class Service:
         expected = first.size if first.HasField("size") else None
         if expected is not None and expected < 0:
             raise InvalidArgument("write_file", path, f"`size` must be >= 0, got {expected}")
+
+        def following() -> Awaitable[ProtoMessage | None]:
+            return _next(call, "write_file")
+
+        return path, _mode(first), self._pieces(path, first, following, expected)
+
+    async def _pieces(
+        self,
+        path: str,
+        first: pb.WriteFileRequest | pb.WriteSmallFileRequest,
+        following: Callable[[], Awaitable[ProtoMessage | None]],
+        expected: int | None,
+    ) -> AsyncIterator[bytes]:
+        """The content of an upload: ``first``'s data, then that of each message ``following``
+        returns until ``None``; checked against the announced size ``expected`` and the upload
+        cap as it arrives (inside the write, so a refusal is audited as the write's outcome)."""
         cap = self.max_upload_bytes
-
-        async def pieces() -> AsyncIterator[bytes]:
-            received = 0
-            message: pb.WriteFileRequest | None = first
-            while message is not None:
-                received += len(message.data)
-                if expected is not None and received > expected:
-                    raise InvalidArgument(
-                        "write_file", path, f"stream is longer than its size {expected}"
-                    )
-                if received > cap:
-                    raise TooLarge("write_file", path, f"upload exceeds {cap} bytes")
-                if message.data:
-                    yield message.data
-                message = await _next(call, "write_file")  # type: ignore[assignment]
-            if expected is not None and received != expected:
+        received = 0
+        message: pb.WriteFileRequest | pb.WriteSmallFileRequest | None = first
+        while message is not None:
+            data = message.data
+            received += len(data)
+            if expected is not None and received > expected:
                 raise InvalidArgument(
-                    "write_file",
-                    path,
-                    f"stream ended after {received} of {expected} bytes; nothing was written",
+                    "write_file", path, f"stream is longer than its size {expected}"
                 )
-
-        return path, first.mode if first.HasField("mode") else None, pieces()
+            if received > cap:
+                raise TooLarge("write_file", path, f"upload exceeds {cap} bytes")
+            if data:
+                yield data
+            message = await following()  # type: ignore[assignment]
+        if expected is not None and received != expected:
+            raise InvalidArgument(
+                "write_file",
+                path,
+                f"stream ended after {received} of {expected} bytes; nothing was written",
+            )
 
     async def Mkdir(self, request: pb.PathRequest, call: Call) -> None:
         await call.ops.mkdir(request.path)
@@ -533,6 +562,16 @@ async def _next(call: Call, op: str) -> ProtoMessage | None:
         raise Timeout(op, None, f"no message from the client for {STREAM_IDLE_TIMEOUT} s") from None
 
 
+async def _end_of_stream() -> None:
+    """The rest of a one-message upload (WriteSmallFile): nothing."""
+    return None
+
+
+def _mode(message: pb.WriteFileRequest | pb.WriteSmallFileRequest) -> int | None:
+    """An upload's permission bits, ``None`` when the message leaves them unset."""
+    return message.mode if message.HasField("mode") else None
+
+
 def _retrieve(future: asyncio.Future[Any]) -> None:
     if not future.cancelled():
         future.exception()
@@ -556,6 +595,7 @@ class Method:
 
 _OPS: Final = {
     "ReadSmallFile": "read_file",
+    "WriteSmallFile": "write_file",
     "Run": "exec",
     "AbortRun": "abort_exec",
 }

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from agent_side import connect
 from agent_side._remote.grpc import GrpcBackend
 from broker import BrokerConfig
+from broker._frontends.grpc import BrokerServicer
 from broker._serve import BrokerServer
 from operations import Backend
 
@@ -48,3 +53,21 @@ def client(server: BrokerServer, **options: object) -> GrpcBackend:
     backend = connect(f"grpc://{server.addresses[0]}", **options)
     assert isinstance(backend, GrpcBackend)
     return backend
+
+
+def count_calls(monkeypatch: pytest.MonkeyPatch, *methods: str) -> Counter[str]:
+    """How often each of ``methods`` (servicer methods answering with one reply: unary or
+    client-streaming) reaches the broker's gRPC servicer, counted from now on (for servers
+    started after this call: the servicer's methods are bound at start)."""
+    counts: Counter[str] = Counter()
+    for name in methods:
+        served = getattr(BrokerServicer, name)
+
+        async def counted(
+            self: BrokerServicer, *args: Any, _served: Any = served, _name: str = name
+        ) -> Any:
+            counts[_name] += 1
+            return await _served(self, *args)
+
+        monkeypatch.setattr(BrokerServicer, name, counted)
+    return counts

@@ -3,7 +3,8 @@ outside the root, and keeps serving.
 
 Thousands of requests in all: random bytes to every method, hostile paths (NUL bytes, ``..``,
 absolute escapes, huge names), negative and huge limits, unknown enum values, NaN and infinite
-timeouts, write streams without a path, with a wrong size, cut short, or never finished.
+timeouts, write streams without a path, with a wrong size, cut short, or never finished, and
+unary writes (WriteSmallFile) to hostile paths.
 File operations go to the broker core over a temporary root; commands go to the memory backend,
 so no generated text is ever run by a shell.
 """
@@ -35,10 +36,10 @@ pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 SERVICE = "/opsbroker.v1.Broker/"
 UNARY = ["Capabilities", "Access", "DetectImageMimeType", "Mkdir", "Exists", "Stat", "Lstat"]
-UNARY += ["IsDirectory", "Remove", "Rename", "ReadSmallFile", "AbortRun"]
+UNARY += ["IsDirectory", "Remove", "Rename", "ReadSmallFile", "WriteSmallFile", "AbortRun"]
 SERVER_STREAM = ["ReadFile", "Readdir", "ListDir", "Glob", "Search", "Run"]
 PATH_METHODS = ["ReadFile", "Access", "DetectImageMimeType", "Mkdir", "Exists", "Stat", "Lstat"]
-PATH_METHODS += ["IsDirectory", "Readdir", "ListDir", "ReadSmallFile"]
+PATH_METHODS += ["IsDirectory", "Readdir", "ListDir", "ReadSmallFile", "WriteSmallFile"]
 
 # What a hostile request may get back. Never UNKNOWN, never the broker's own INTERNAL.
 DEFINED = {

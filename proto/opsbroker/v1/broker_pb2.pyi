@@ -120,6 +120,16 @@ class WriteFileRequest(_message.Message):
     mode: int
     def __init__(self, path: _Optional[str] = ..., data: _Optional[bytes] = ..., size: _Optional[int] = ..., mode: _Optional[int] = ...) -> None: ...
 
+class WriteSmallFileRequest(_message.Message):
+    __slots__ = ("path", "data", "mode")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    data: bytes
+    mode: int
+    def __init__(self, path: _Optional[str] = ..., data: _Optional[bytes] = ..., mode: _Optional[int] = ...) -> None: ...
+
 class FileStat(_message.Message):
     __slots__ = ("kind", "size", "mode", "mtime")
     KIND_FIELD_NUMBER: _ClassVar[int]

@@ -64,6 +64,11 @@ class BrokerStub:
                 request_serializer=opsbroker_dot_v1_dot_broker__pb2.WriteFileRequest.SerializeToString,
                 response_deserializer=opsbroker_dot_v1_dot_broker__pb2.Empty.FromString,
                 _registered_method=True)
+        self.WriteSmallFile = channel.unary_unary(
+                '/opsbroker.v1.Broker/WriteSmallFile',
+                request_serializer=opsbroker_dot_v1_dot_broker__pb2.WriteSmallFileRequest.SerializeToString,
+                response_deserializer=opsbroker_dot_v1_dot_broker__pb2.Empty.FromString,
+                _registered_method=True)
         self.Mkdir = channel.unary_unary(
                 '/opsbroker.v1.Broker/Mkdir',
                 request_serializer=opsbroker_dot_v1_dot_broker__pb2.PathRequest.SerializeToString,
@@ -214,6 +219,15 @@ class BrokerServicer:
 
     def WriteFile(self, request_iterator, context):
         """The first message carries the path; every message may carry data.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WriteSmallFile(self, request, context):
+        """Content of at most one chunk, in one request: the same write as WriteFile (the same policy,
+        audit, errors and atomic replace) at the cost of a unary call; larger content is refused,
+        and the client streams it with WriteFile.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -393,6 +407,11 @@ def add_BrokerServicer_to_server(servicer, server):
             'WriteFile': grpc.stream_unary_rpc_method_handler(
                     servicer.WriteFile,
                     request_deserializer=opsbroker_dot_v1_dot_broker__pb2.WriteFileRequest.FromString,
+                    response_serializer=opsbroker_dot_v1_dot_broker__pb2.Empty.SerializeToString,
+            ),
+            'WriteSmallFile': grpc.unary_unary_rpc_method_handler(
+                    servicer.WriteSmallFile,
+                    request_deserializer=opsbroker_dot_v1_dot_broker__pb2.WriteSmallFileRequest.FromString,
                     response_serializer=opsbroker_dot_v1_dot_broker__pb2.Empty.SerializeToString,
             ),
             'Mkdir': grpc.unary_unary_rpc_method_handler(
@@ -667,6 +686,33 @@ class Broker:
             target,
             '/opsbroker.v1.Broker/WriteFile',
             opsbroker_dot_v1_dot_broker__pb2.WriteFileRequest.SerializeToString,
+            opsbroker_dot_v1_dot_broker__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WriteSmallFile(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/opsbroker.v1.Broker/WriteSmallFile',
+            opsbroker_dot_v1_dot_broker__pb2.WriteSmallFileRequest.SerializeToString,
             opsbroker_dot_v1_dot_broker__pb2.Empty.FromString,
             options,
             channel_credentials,
