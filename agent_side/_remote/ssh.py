@@ -534,6 +534,10 @@ class SSHBackend:
         else:
             data = bytes(content)
         step = WRITE_CHUNK_BYTES
+        if len(data) <= step:  # one unary call, as over gRPC
+            small = pb.WriteSmallFileRequest(path=path, data=data, mode=mode)
+            await self._unary("WriteSmallFile", small, pb.Empty, path)
+            return
         first = pb.WriteFileRequest(path=path, data=data[:step], size=len(data), mode=mode)
         async with self._call("WriteFile", first, path, streaming_input=True) as call:
             view = memoryview(data)
@@ -736,6 +740,7 @@ _OPS: Final[dict[str, str]] = {
     "Access": "access",
     "DetectImageMimeType": "detect_image_mime_type",
     "WriteFile": "write_file",
+    "WriteSmallFile": "write_file",
     "Mkdir": "mkdir",
     "Exists": "exists",
     "Stat": "stat",
