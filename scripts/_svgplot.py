@@ -66,8 +66,9 @@ def line_chart(
         )
         out.append(f'<text x="{LEFT - 8}" y="{py(y) + 4:.1f}" text-anchor="end">{y:g}</text>')
     for x in sorted(set(xs)):
+        label = f"{int(x):,}" if x == int(x) else f"{x:g}"
         out.append(
-            f'<text x="{px(x):.1f}" y="{TOP + plot_h + 18}" text-anchor="middle">{x:g}</text>'
+            f'<text x="{px(x):.1f}" y="{TOP + plot_h + 18}" text-anchor="middle">{label}</text>'
         )
     out.append(
         f'<rect x="{LEFT}" y="{TOP}" width="{plot_w}" height="{plot_h}" fill="none" stroke="#333"/>'
