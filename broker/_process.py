@@ -691,13 +691,15 @@ class ProcessManager:
         except BaseException as e:  # on_data failed, or something unexpected: still kill
             error = e
             run.request_kill(KillReason.ABORTED)
+        # Once empty, a tree stays empty: whether it must be killed is decided here, once.
+        kill = run.kill_reason is not None or run.tree.alive()
         again = False
-        if run.kill_reason is None and pump.done() and exited.done() and not run.tree.alive():
+        if not kill and pump.done() and exited.done():
             # The common end: nothing left to kill, read or reap, so finishing never suspends
             # and no cancellation can cut it short.
-            await self._finish(run, pump, exited)
+            await self._finish(run, pump, exited, kill=False)
         else:
-            _, again = await _run_to_end(self._finish(run, pump, exited))
+            _, again = await _run_to_end(self._finish(run, pump, exited, kill=kill))
         if cancelled or again:
             raise asyncio.CancelledError
         if error is not None:
@@ -792,11 +794,12 @@ class ProcessManager:
         run.tree.leader_exited()
 
     async def _finish(
-        self, run: _Run, pump: asyncio.Task[None], exited: asyncio.Future[None]
+        self, run: _Run, pump: asyncio.Task[None], exited: asyncio.Future[None], *, kill: bool
     ) -> None:
-        """Kill what is left of the tree, stop reading, reap, and release the command's fds."""
+        """Kill what is left of the tree (with ``kill``), stop reading, reap, and release the
+        command's fds."""
         try:
-            if run.kill_reason is not None or run.tree.alive():
+            if kill:
                 await self._kill_tree(run)
             pump.cancel()
             with contextlib.suppress(BaseException):

@@ -1020,13 +1020,13 @@ async def _transport_floor(n: int) -> tuple[float, float, float]:
 
 
 async def _server_cpu(pid: int, call: Callable[[], Awaitable[object]], n: int) -> float:
-    """Thread CPU seconds of process ``pid`` per ``call``, over ``n`` calls after a warm-up."""
-    for _ in range(20):
-        await call()
-    before = _thread_cpu(pid)
-    for _ in range(n):
-        await call()
-    return (_thread_cpu(pid) - before) / n
+    """Thread CPU seconds of process ``pid`` per ``call``, over ``n`` calls (:func:`_cpu_of`)."""
+
+    async def calls() -> None:
+        for _ in range(n):
+            await call()
+
+    return (await _cpu_of(pid, calls, n)).broker
 
 
 @benchmark

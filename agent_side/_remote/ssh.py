@@ -181,11 +181,7 @@ class _Call:
         return Unavailable(self.op, self.path, f"SSH channel to the broker lost: {exc}")
 
     async def send(self, message: ProtoMessage) -> None:
-        session = self.session
-        if session.broken:
-            raise Unavailable(self.op, self.path, "SSH channel to the broker lost")
-        session.write(session.frames.send(Message(message.SerializeToString())))
-        await session.writable.wait()
+        await self.send_message([message.SerializeToString()])
 
     async def send_message(self, parts: list[bytes | memoryview]) -> None:
         """Send the serialized message ``b"".join(parts)``, framed with one copy of it."""

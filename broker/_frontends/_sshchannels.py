@@ -506,21 +506,18 @@ class FrameChannel(_Kind):
 
     async def send(self, message: ProtoMessage) -> None:
         payload = message.SerializeToString()
-        if len(payload) >= self.frames.max_frame_size:
-            raise TooLarge(
-                "reply", None, f"a {len(payload)}-byte message exceeds the SSH frame limit"
-            )
-        self._write(self.frames.send(Message(payload)))
-        await self.drain()
+        await self._send_message([payload], len(payload))
 
     async def send_output(self, pieces: list[Piece], size: int) -> None:
         """Send ``ExecEvent(output=b"".join(pieces))``, framed with one copy of the output."""
         prefix = bytes_field_prefix(_OUTPUT_FIELD, size)
-        if len(prefix) + size >= self.frames.max_frame_size:
-            raise TooLarge(
-                "reply", None, f"a {len(prefix) + size}-byte message exceeds the SSH frame limit"
-            )
-        self._write(self.frames.send_message([prefix, *pieces]))
+        await self._send_message([prefix, *pieces], len(prefix) + size)
+
+    async def _send_message(self, parts: list[bytes | memoryview], size: int) -> None:
+        """Send the ``size``-byte message ``b"".join(parts)`` (refused above the frame limit)."""
+        if size >= self.frames.max_frame_size:
+            raise TooLarge("reply", None, f"a {size}-byte message exceeds the SSH frame limit")
+        self._write(self.frames.send_message(parts))
         await self.drain()
 
     async def _run_call(
