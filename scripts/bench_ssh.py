@@ -23,6 +23,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(HERE), str(HERE / "proto")]
@@ -475,6 +476,73 @@ def _openssh_workloads(ssh: list[str], root: Path) -> dict[str, Timing]:
     }
 
 
+@contextlib.asynccontextmanager
+async def _swerex(tmp: Path) -> AsyncIterator[Any]:
+    """A SWE-ReX server (``swerex.server``, uvicorn) on loopback and its ``RemoteRuntime``
+    client; None, said on stdout, when swe-rex is not installed or its server does not start."""
+    try:
+        from swerex.runtime.remote import RemoteRuntime
+    except ImportError as e:
+        print(f"peer SWE-ReX: cannot start ({e}; pip install -e '.[bench]'); left out", flush=True)
+        yield None
+        return
+    port, token = _free_port(), os.urandom(16).hex()
+    server = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "swerex.server", "--host", "127.0.0.1", "--port", str(port),
+        "--auth-token", token, cwd=tmp, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        runtime = RemoteRuntime(host="http://127.0.0.1", port=port, auth_token=token)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not (await runtime.is_alive()).is_alive:
+            if server.returncode is not None or time.monotonic() > deadline:
+                print("peer SWE-ReX: its server did not start; left out", flush=True)
+                yield None
+                return
+            await asyncio.sleep(0.1)
+        yield runtime
+    finally:
+        if server.returncode is None:
+            server.terminate()
+        await asyncio.wait_for(server.wait(), 20)
+
+
+def _swerex_workloads(runtime: Any, root: Path) -> dict[str, Timing]:
+    """SWE-ReX carries file content and output as JSON strings, so its files are ASCII text of
+    the same sizes (random bytes would be escaped and grow) and its 64 MiB of output are
+    ``x`` characters rather than NUL bytes, which JSON writes as six bytes each."""
+    from swerex.runtime.abstract import Command, ReadFileRequest, WriteFileRequest
+
+    text4k, text = "a" * 4096, "a" * BIG
+    (root / "text4k").write_text(text4k)
+    (root / "bigtext").write_text(text)
+
+    async def run(command: str) -> str:
+        response = await runtime.execute(Command(command=command, shell=True, check=True))
+        return str(response.stdout)
+
+    async def read(name: str, size: int) -> None:
+        response = await runtime.read_file(ReadFileRequest(path=str(root / name)))
+        assert len(response.content) == size
+
+    def write(name: str, content: str) -> Awaitable[object]:
+        return runtime.write_file(WriteFileRequest(path=str(root / name), content=content))
+
+    async def output() -> None:
+        assert len(await run(f"head -c {BIG} /dev/zero | tr '\\0' x")) == BIG
+
+    return {
+        "exec true": lambda: _per_call(lambda: run("true")),
+        f"{CONCURRENCY} concurrent exec true": lambda: _concurrent(lambda: run("true")),
+        "read 4 KiB": lambda: _per_call(lambda: read("text4k", 4096)),
+        "write 4 KiB": lambda: _per_call(lambda: write("s4k", text4k)),
+        "read 64 MiB": lambda: _best_once(lambda: read("bigtext", BIG)),
+        "write 64 MiB": lambda: _best_once(lambda: write("s64", text)),
+        "64 MiB command output": lambda: _best_once(output),
+    }
+
+
 def _local_workloads() -> dict[str, Timing]:
     def true() -> Awaitable[None]:
         return _process(["bash", "-c", "true"])
@@ -547,8 +615,9 @@ def peers() -> None:
     SFTP session) and OpenSSH (ControlMaster) on a private sshd, and local ``bash -c true``.
 
     Each line: our figure, each peer's, and the ratio of our time to the best peer's (below 1 is
-    ahead; the goal is 0.9 or less). Then gRPC against the raw grpc.aio floor and exec against
-    local bash.
+    ahead; the goal is 0.9 or less). SWE-ReX (its uvicorn server and ``RemoteRuntime`` client) runs
+    beside them when swe-rex is installed (``pip install -e '.[bench]'``). Then gRPC against the
+    raw grpc.aio floor and exec against local bash.
     """
 
     async def run() -> None:
@@ -576,6 +645,11 @@ def peers() -> None:
                 peers["OpenSSH mux"] = await _measure(
                     "OpenSSH mux", lambda: _openssh_workloads(rig.openssh, rig.root)
                 )
+            async with _swerex(rig.tmp) as runtime:
+                if runtime is not None:
+                    peers["SWE-ReX"] = await _measure(
+                        "SWE-ReX", lambda: _swerex_workloads(runtime, rig.root)
+                    )
             local = await _measure("local bash", _local_workloads)
             rtt, stream = await _echo_floor()
         for workload in ours["gRPC"]:
