@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
 """The transports' own floor: a bare grpc.aio and a bare asyncssh server, nothing of ours.
 
-Run by ``scripts/bench_ssh.py exec_cpu`` as a child process, so that its CPU can be read apart
-from the client's. Prints ``grpc PORT`` and ``ssh PORT`` once both listen, then serves until
-stdin closes. Each answers a call as the broker answers ``exec("true")``: gRPC, a server-streaming
-call that writes one small message and ends (and, for comparison, a unary call); SSH, one small reply to each small message on a
-session channel the client keeps open (as our SSH client reuses its channels).
+Run by ``scripts/bench_ssh.py`` (``exec_cpu``, ``peers``) as a child process, so that its CPU
+can be read apart from the client's and it does not share the client's event loop. Prints
+``grpc PORT`` and ``ssh PORT`` once both listen, then serves until stdin closes. Each answers a
+call as the broker answers ``exec("true")``: gRPC, a server-streaming call that writes one small
+message and ends (and, for comparison, a unary call); SSH, one small reply to each small message
+on a session channel the client keeps open (as our SSH client reuses its channels). gRPC's
+``Stream`` writes ``COUNT`` messages of ``SIZE`` bytes (the request is ``b"COUNT SIZE"``): the
+floor of a streamed read.
 """
 
 from __future__ import annotations
@@ -23,6 +26,13 @@ METHOD = "/bench.Floor/Run"
 
 async def _run(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> None:
     await context.write(REPLY)
+
+
+async def _stream(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> None:
+    count, size = map(int, request.split())
+    payload = bytes(size)
+    for _ in range(count):
+        await context.write(payload)
 
 
 async def _echo(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
@@ -52,6 +62,7 @@ async def main() -> None:
     handlers = {
         "Run": grpc.unary_stream_rpc_method_handler(_run),
         "Echo": grpc.unary_unary_rpc_method_handler(_echo),
+        "Stream": grpc.unary_stream_rpc_method_handler(_stream),
     }
     generic = grpc.method_handlers_generic_handler("bench.Floor", handlers)
     server = grpc.aio.server()

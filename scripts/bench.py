@@ -29,6 +29,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent / "proto"))  # generated wire code
 
+from opsbroker.v1.codec import CHUNK_BYTES
+
 from broker import Broker
 from broker._cgroup import CgroupTree
 from broker._landlock import Sandbox, landlock_abi
@@ -440,7 +442,7 @@ def processes_attach() -> Result:
 
 # --- gRPC transport: ratios against a plain grpc.aio echo server measured beside it -------------
 
-GRPC_CHUNK = 64 * 1024
+GRPC_CHUNK = CHUNK_BYTES  # the echo stream's messages are the size of ReadFile's
 GRPC_STREAM_BYTES = 64 * 1024 * 1024
 GRPC_ROUNDS = 5  # interleaved rounds; the best of each side is compared
 GRPC_CALLS = 300  # round trips per round

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import os
 import shutil
 import socket
@@ -29,6 +30,7 @@ HERE = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(HERE), str(HERE / "proto")]
 
 import asyncssh  # noqa: E402
+from opsbroker.v1.codec import CHUNK_BYTES  # noqa: E402
 
 from agent_side import connect  # noqa: E402
 from operations import Backend  # noqa: E402
@@ -349,8 +351,9 @@ def ssh_throughput_64m() -> None:
 
 CONCURRENCY = 16  # commands in flight at once in the concurrent workload
 CONCURRENT_ROUNDS = 10  # commands per in-flight slot
-BIG_ROUNDS = 2  # 64 MiB transfers per figure (the best is kept)
-ECHO_CHUNK = 64 * 1024
+PEER_ROUNDS = 3  # rounds per workload, every client taking its turn in each; the best is kept
+BIG_ROUNDS = 4  # rounds of the 64 MiB workloads (one transfer each; the first pays for warm-up)
+ECHO_CHUNK = CHUNK_BYTES  # the raw stream's messages are the size of ReadFile's and output's
 
 Timing = Callable[[], Awaitable[float]]
 """Seconds per operation for one workload on one client (lower is better)."""
@@ -373,13 +376,10 @@ async def _concurrent(call: Callable[[], Awaitable[object]]) -> float:
     return (time.perf_counter() - start) / (CONCURRENCY * CONCURRENT_ROUNDS)
 
 
-async def _best_once(call: Callable[[], Awaitable[object]]) -> float:
-    best = float("inf")
-    for _ in range(BIG_ROUNDS):
-        start = time.perf_counter()
-        await call()
-        best = min(best, time.perf_counter() - start)
-    return best
+async def _once(call: Callable[[], Awaitable[object]]) -> float:
+    start = time.perf_counter()
+    await call()
+    return time.perf_counter() - start
 
 
 async def _process(argv: list[str], stdin: bytes | None = None) -> None:
@@ -416,9 +416,9 @@ def _backend_workloads(backend: Backend, root: Path) -> dict[str, Timing]:
         f"{CONCURRENCY} concurrent exec true": lambda: _concurrent(true),
         "read 4 KiB": lambda: _per_call(lambda: backend.read_file(small)),
         "write 4 KiB": lambda: _per_call(lambda: backend.write_file(str(root / "w4k"), data4k)),
-        "read 64 MiB": lambda: _best_once(lambda: backend.read_file(big)),
-        "write 64 MiB": lambda: _best_once(lambda: backend.write_file(str(root / "w64"), data)),
-        "64 MiB command output": lambda: _best_once(output),
+        "read 64 MiB": lambda: _once(lambda: backend.read_file(big)),
+        "write 64 MiB": lambda: _once(lambda: backend.write_file(str(root / "w64"), data)),
+        "64 MiB command output": lambda: _once(output),
     }
 
 
@@ -448,9 +448,9 @@ def _asyncssh_workloads(
         f"{CONCURRENCY} concurrent exec true": lambda: _concurrent(true),
         "read 4 KiB": lambda: _per_call(lambda: read(small)),
         "write 4 KiB": lambda: _per_call(lambda: write(str(root / "a4k"), data4k)),
-        "read 64 MiB": lambda: _best_once(lambda: read(big)),
-        "write 64 MiB": lambda: _best_once(lambda: write(str(root / "a64"), data)),
-        "64 MiB command output": lambda: _best_once(output),
+        "read 64 MiB": lambda: _once(lambda: read(big)),
+        "write 64 MiB": lambda: _once(lambda: write(str(root / "a64"), data)),
+        "64 MiB command output": lambda: _once(output),
     }
 
 
@@ -468,9 +468,9 @@ def _openssh_workloads(ssh: list[str], root: Path) -> dict[str, Timing]:
         "write 4 KiB": lambda: _per_call(
             lambda: _process([*ssh, f"cat > {root / 'o4k'}"], data4k), OPENSSH_CALLS
         ),
-        "read 64 MiB": lambda: _best_once(lambda: _process([*ssh, f"cat {big}"])),
-        "write 64 MiB": lambda: _best_once(lambda: _process([*ssh, f"cat > {root / 'o64'}"], data)),
-        "64 MiB command output": lambda: _best_once(
+        "read 64 MiB": lambda: _once(lambda: _process([*ssh, f"cat {big}"])),
+        "write 64 MiB": lambda: _once(lambda: _process([*ssh, f"cat > {root / 'o64'}"], data)),
+        "64 MiB command output": lambda: _once(
             lambda: _process([*ssh, f"head -c {BIG} /dev/zero"])
         ),
     }
@@ -511,7 +511,8 @@ async def _swerex(tmp: Path) -> AsyncIterator[Any]:
 def _swerex_workloads(runtime: Any, root: Path) -> dict[str, Timing]:
     """SWE-ReX carries file content and output as JSON strings, so its files are ASCII text of
     the same sizes (random bytes would be escaped and grow) and its 64 MiB of output are
-    ``x`` characters rather than NUL bytes, which JSON writes as six bytes each."""
+    ``x`` characters rather than NUL bytes, which JSON writes as six bytes each. Its commands
+    run in bash, as everyone else's."""
     from swerex.runtime.abstract import Command, ReadFileRequest, WriteFileRequest
 
     text4k, text = "a" * 4096, "a" * BIG
@@ -519,7 +520,9 @@ def _swerex_workloads(runtime: Any, root: Path) -> dict[str, Timing]:
     (root / "bigtext").write_text(text)
 
     async def run(command: str) -> str:
-        response = await runtime.execute(Command(command=command, shell=True, check=True))
+        # bash, as every other client here runs (SWE-ReX's shell=True would start dash).
+        argv = ["bash", "-c", command]
+        response = await runtime.execute(Command(command=argv, check=True))
         return str(response.stdout)
 
     async def read(name: str, size: int) -> None:
@@ -537,9 +540,9 @@ def _swerex_workloads(runtime: Any, root: Path) -> dict[str, Timing]:
         f"{CONCURRENCY} concurrent exec true": lambda: _concurrent(lambda: run("true")),
         "read 4 KiB": lambda: _per_call(lambda: read("text4k", 4096)),
         "write 4 KiB": lambda: _per_call(lambda: write("s4k", text4k)),
-        "read 64 MiB": lambda: _best_once(lambda: read("bigtext", BIG)),
-        "write 64 MiB": lambda: _best_once(lambda: write("s64", text)),
-        "64 MiB command output": lambda: _best_once(output),
+        "read 64 MiB": lambda: _once(lambda: read("bigtext", BIG)),
+        "write 64 MiB": lambda: _once(lambda: write("s64", text)),
+        "64 MiB command output": lambda: _once(output),
     }
 
 
@@ -553,52 +556,60 @@ def _local_workloads() -> dict[str, Timing]:
     }
 
 
-async def _echo_floor() -> tuple[float, float]:
-    """A plain grpc.aio server on loopback: (unary echo round trip s, 64 MiB stream s)."""
-    import grpc
+@contextlib.asynccontextmanager
+async def _echo_floor() -> AsyncIterator[dict[str, Timing]]:
+    """A bare grpc.aio server on loopback in its own process (``scripts/_floor_servers.py``), the
+    floor of our gRPC figures: its unary round trip, and a 64 MiB stream of :data:`ECHO_CHUNK`
+    messages, discarded (as command output is counted) and assembled into one ``bytes`` (as a
+    read must return it)."""
     import grpc.aio
 
-    async def echo(request: bytes, context: object) -> bytes:
-        return request
+    async with (
+        _floor_servers() as (_, ports),
+        grpc.aio.insecure_channel(f"127.0.0.1:{ports['grpc']}") as channel,
+    ):
+        unary = channel.unary_unary("/bench.Floor/Echo")
+        streamed = channel.unary_stream("/bench.Floor/Stream")
 
-    async def stream(request: bytes, context: object) -> AsyncIterator[bytes]:
-        payload = os.urandom(ECHO_CHUNK)
-        for _ in range(int(request)):
-            yield payload
+        async def read_all(keep: bool) -> None:
+            content = io.BytesIO()
+            call = streamed(f"{BIG // ECHO_CHUNK} {ECHO_CHUNK}".encode())
+            while (piece := await call.read()) is not grpc.aio.EOF:
+                if keep:
+                    content.write(piece)
+            assert not keep or len(content.getvalue()) == BIG
 
-    handlers = {
-        "Echo": grpc.unary_unary_rpc_method_handler(echo),
-        "Stream": grpc.unary_stream_rpc_method_handler(stream),
-    }
-    server = grpc.aio.server()
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("bench.Echo", handlers),))
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    try:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            unary = channel.unary_unary("/bench.Echo/Echo")
-            streamed = channel.unary_stream("/bench.Echo/Stream")
-
-            async def read_all() -> None:
-                async for _ in streamed(str(BIG // ECHO_CHUNK).encode()):
-                    pass
-
-            rtt = await _per_call(lambda: unary(b"x" * 64))
-            return rtt, await _best_once(read_all)
-    finally:
-        await server.stop(None)
+        yield {
+            "echo round trip": lambda: _per_call(lambda: unary(b"x" * 64)),
+            "64 MiB echo stream": lambda: _once(lambda: read_all(False)),
+            "64 MiB echo stream, assembled": lambda: _once(lambda: read_all(True)),
+        }
 
 
-async def _measure(name: str, workloads: Callable[[], dict[str, Timing]]) -> dict[str, float]:
-    """Every workload of one client; a client that cannot run says so and yields nothing."""
-    try:
-        figures = {}
-        for workload, timing in workloads().items():
-            figures[workload] = await timing()
-        return figures
-    except (OSError, RuntimeError, asyncssh.Error, AssertionError) as e:
-        print(f"peer {name}: cannot run ({type(e).__name__}: {e}); left out", flush=True)
-        return {}
+async def _alternate(clients: dict[str, dict[str, Timing]]) -> dict[str, dict[str, float]]:
+    """Every workload of every client, in rounds (:data:`PEER_ROUNDS`, :data:`BIG_ROUNDS` for
+    64 MiB): in each round every client takes its turn, in an order rotated from round to
+    round, so that the machine's drift meets them alike; each client's best round is kept. A
+    client that cannot run a workload says so and is left out of that workload."""
+    best: dict[str, dict[str, float]] = {name: {} for name in clients}
+    workloads = list(dict.fromkeys(w for timings in clients.values() for w in timings))
+    for workload in workloads:
+        runners = [name for name, timings in clients.items() if workload in timings]
+        failed: set[str] = set()
+        for turn in range(BIG_ROUNDS if "64 MiB" in workload else PEER_ROUNDS):
+            shift = turn % len(runners)
+            for name in runners[shift:] + runners[:shift]:
+                if name in failed:
+                    continue
+                try:
+                    seconds = await clients[name][workload]()
+                except (OSError, RuntimeError, asyncssh.Error, AssertionError) as e:
+                    print(f"peer {name}: cannot run {workload} ({type(e).__name__}: {e})")
+                    failed.add(name)
+                    best[name].pop(workload, None)
+                    continue
+                best[name][workload] = min(best[name].get(workload, seconds), seconds)
+    return best
 
 
 def _fmt(workload: str, seconds: float) -> str:
@@ -621,12 +632,11 @@ def peers() -> None:
     """
 
     async def run() -> None:
-        async with _rig() as rig:
-            ours = {
-                "gRPC": await _measure("gRPC", lambda: _backend_workloads(rig.grpc_backend, rig.root)),
-                "SSH": await _measure("SSH", lambda: _backend_workloads(rig.ssh_backend, rig.root)),
-            }  # fmt: skip
-            peers: dict[str, dict[str, float]] = {}
+        async with _rig() as rig, contextlib.AsyncExitStack() as stack:
+            clients = {
+                "gRPC": _backend_workloads(rig.grpc_backend, rig.root),
+                "SSH": _backend_workloads(rig.ssh_backend, rig.root),
+            }
             if rig.sshd_port:
                 keys = rig.tmp / "keys"
                 try:
@@ -638,20 +648,19 @@ def peers() -> None:
                 except (OSError, asyncssh.Error) as e:
                     print(f"peer asyncssh: cannot connect ({e}); left out", flush=True)
                 else:
-                    async with conn, conn.start_sftp_client() as sftp:
-                        peers["asyncssh"] = await _measure(
-                            "asyncssh", lambda: _asyncssh_workloads(conn, sftp, rig.root)
-                        )
-                peers["OpenSSH mux"] = await _measure(
-                    "OpenSSH mux", lambda: _openssh_workloads(rig.openssh, rig.root)
-                )
-            async with _swerex(rig.tmp) as runtime:
-                if runtime is not None:
-                    peers["SWE-ReX"] = await _measure(
-                        "SWE-ReX", lambda: _swerex_workloads(runtime, rig.root)
-                    )
-            local = await _measure("local bash", _local_workloads)
-            rtt, stream = await _echo_floor()
+                    await stack.enter_async_context(conn)
+                    sftp = await stack.enter_async_context(conn.start_sftp_client())
+                    clients["asyncssh"] = _asyncssh_workloads(conn, sftp, rig.root)
+                clients["OpenSSH mux"] = _openssh_workloads(rig.openssh, rig.root)
+            runtime = await stack.enter_async_context(_swerex(rig.tmp))
+            if runtime is not None:
+                clients["SWE-ReX"] = _swerex_workloads(runtime, rig.root)
+            clients["local bash"] = _local_workloads()
+            clients["grpc.aio"] = await stack.enter_async_context(_echo_floor())
+            measured = await _alternate(clients)
+        ours = {transport: measured[transport] for transport in ("gRPC", "SSH")}
+        peers = {n: measured[n] for n in ("asyncssh", "OpenSSH mux", "SWE-ReX") if n in measured}
+        local, raw = measured["local bash"], measured["grpc.aio"]
         for workload in ours["gRPC"]:
             theirs = {n: f[workload] for n, f in peers.items() if workload in f}
             best = min(theirs, key=theirs.__getitem__) if theirs else None
@@ -677,13 +686,17 @@ def peers() -> None:
                         flush=True,
                     )
         grpc = ours["gRPC"]
-        if grpc:
+        floor = ("echo round trip", "64 MiB echo stream", "64 MiB echo stream, assembled")
+        used = ("read 4 KiB", "exec true", "read 64 MiB", "64 MiB command output")
+        if all(k in raw for k in floor) and all(k in grpc for k in used):
+            rtt, stream, assembled = (raw[k] for k in floor)
             print(
                 f"peers gRPC floor: echo round trip {_ms(rtt)} (read 4 KiB "
                 f"{grpc['read 4 KiB'] / rtt:.2f}x of it, exec true {grpc['exec true'] / rtt:.2f}x); "
-                f"echo stream {_fmt('64 MiB', stream)}: read 64 MiB at "
-                f"{stream / grpc['read 64 MiB']:.0%}, command output at "
-                f"{stream / grpc['64 MiB command output']:.0%} of it (goal >= 70%)",
+                f"echo stream {_fmt('64 MiB', stream)}, assembled {_fmt('64 MiB', assembled)}: "
+                f"read 64 MiB at {stream / grpc['read 64 MiB']:.0%} of the stream "
+                f"({assembled / grpc['read 64 MiB']:.0%} of it assembled), command output at "
+                f"{stream / grpc['64 MiB command output']:.0%} (goal >= 70%)",
                 flush=True,
             )
 
@@ -1042,31 +1055,24 @@ async def _core_cpu(n: int) -> float:
 
 async def _transport_floor(n: int) -> tuple[float, float, float]:
     """Server CPU seconds per call of a bare grpc.aio server (a server-streaming call that writes
-    one small message; then a unary call) and of a bare asyncssh server (one small reply to one small message on an
-    open channel): what each transport costs before any code of ours runs
-    (``scripts/_floor_servers.py``, in a child process so that its CPU is its own)."""
+    one small message; then a unary call) and of a bare asyncssh server (one small reply to one
+    small message on an open channel): what each transport costs before any code of ours runs
+    (:func:`_floor_servers`)."""
     import grpc.aio
 
-    server = await asyncio.create_subprocess_exec(
-        sys.executable, str(HERE / "scripts" / "_floor_servers.py"),
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-    )  # fmt: skip
-    assert server.stdin is not None and server.stdout is not None
-    try:
-        async with asyncio.timeout(START_TIMEOUT_S):
-            ports = dict([(await server.stdout.readline()).split() for _ in range(2)])
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{int(ports[b'grpc'])}") as channel:
+    async with _floor_servers() as (pid, ports):
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{ports['grpc']}") as channel:
             run = channel.unary_stream("/bench.Floor/Run")
 
             async def grpc_call() -> None:
                 async for _ in run(b""):
                     pass
 
-            grpc_cpu = await _server_cpu(server.pid, grpc_call, n)
+            grpc_cpu = await _server_cpu(pid, grpc_call, n)
             unary = channel.unary_unary("/bench.Floor/Echo")
-            unary_cpu = await _server_cpu(server.pid, lambda: unary(b""), n)
+            unary_cpu = await _server_cpu(pid, lambda: unary(b""), n)
         async with asyncssh.connect(
-            "127.0.0.1", int(ports[b"ssh"]), username="bench", known_hosts=None,
+            "127.0.0.1", ports["ssh"], username="bench", known_hosts=None,
             encryption_algs=["aes128-gcm@openssh.com"], client_keys=None, agent_path=None,
         ) as conn:  # fmt: skip
             replies: asyncio.Queue[bytes] = asyncio.Queue()
@@ -1081,9 +1087,23 @@ async def _transport_floor(n: int) -> tuple[float, float, float]:
                 chan.write(b"x" * 64)
                 await replies.get()
 
-            ssh_cpu = await _server_cpu(server.pid, ssh_call, n)
+            ssh_cpu = await _server_cpu(pid, ssh_call, n)
             chan.close()
         return grpc_cpu, unary_cpu, ssh_cpu
+
+
+@contextlib.asynccontextmanager
+async def _floor_servers() -> AsyncIterator[tuple[int, dict[str, int]]]:
+    """``scripts/_floor_servers.py`` in a child process: (its pid, its ports by transport)."""
+    server = await asyncio.create_subprocess_exec(
+        sys.executable, str(HERE / "scripts" / "_floor_servers.py"),
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    )  # fmt: skip
+    assert server.stdin is not None and server.stdout is not None
+    try:
+        async with asyncio.timeout(START_TIMEOUT_S):
+            lines = [(await server.stdout.readline()).decode().split() for _ in range(2)]
+        yield server.pid, {name: int(port) for name, port in lines}
     finally:
         server.stdin.close()
         try:
