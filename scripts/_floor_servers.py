@@ -8,13 +8,15 @@ call as the broker answers ``exec("true")``: gRPC, a server-streaming call that 
 message and ends (and, for comparison, a unary call); SSH, one small reply to each small message
 on a session channel the client keeps open (as our SSH client reuses its channels). gRPC's
 ``Stream`` writes ``COUNT`` messages of ``SIZE`` bytes (the request is ``b"COUNT SIZE"``): the
-floor of a streamed read.
+floor of a streamed read. gRPC's ``Pairs`` answers each message on one open bidirectional
+stream with one small message: what an exec would cost if many shared one call.
 """
 
 from __future__ import annotations
 
 import asyncio
 import sys
+from collections.abc import AsyncIterator
 
 import asyncssh
 import grpc
@@ -33,6 +35,13 @@ async def _stream(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes
     payload = bytes(size)
     for _ in range(count):
         await context.write(payload)
+
+
+async def _pairs(
+    requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext[bytes, bytes]
+) -> None:
+    while await context.read() is not grpc.aio.EOF:
+        await context.write(REPLY)
 
 
 async def _echo(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
@@ -63,6 +72,7 @@ async def main() -> None:
         "Run": grpc.unary_stream_rpc_method_handler(_run),
         "Echo": grpc.unary_unary_rpc_method_handler(_echo),
         "Stream": grpc.unary_stream_rpc_method_handler(_stream),
+        "Pairs": grpc.stream_stream_rpc_method_handler(_pairs),
     }
     generic = grpc.method_handlers_generic_handler("bench.Floor", handlers)
     server = grpc.aio.server()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import io
 import os
 import shutil
@@ -1053,11 +1054,11 @@ async def _core_cpu(n: int) -> float:
             return (time.process_time() - start) / n
 
 
-async def _transport_floor(n: int) -> tuple[float, float, float]:
+async def _transport_floor(n: int) -> tuple[float, float, float, float]:
     """Server CPU seconds per call of a bare grpc.aio server (a server-streaming call that writes
-    one small message; then a unary call) and of a bare asyncssh server (one small reply to one
-    small message on an open channel): what each transport costs before any code of ours runs
-    (:func:`_floor_servers`)."""
+    one small message; a unary call; a message pair on one open bidirectional stream) and of a
+    bare asyncssh server (one small reply to one small message on an open channel): what each
+    transport costs before any code of ours runs (:func:`_floor_servers`)."""
     import grpc.aio
 
     async with _floor_servers() as (pid, ports):
@@ -1071,6 +1072,8 @@ async def _transport_floor(n: int) -> tuple[float, float, float]:
             grpc_cpu = await _server_cpu(pid, grpc_call, n)
             unary = channel.unary_unary("/bench.Floor/Echo")
             unary_cpu = await _server_cpu(pid, lambda: unary(b""), n)
+            pair_cpu = await _pair_cpu(channel, pid, n)
+            gc.collect()  # an ended call left to the collector keeps its connection open
         async with asyncssh.connect(
             "127.0.0.1", ports["ssh"], username="bench", known_hosts=None,
             encryption_algs=["aes128-gcm@openssh.com"], client_keys=None, agent_path=None,
@@ -1089,7 +1092,22 @@ async def _transport_floor(n: int) -> tuple[float, float, float]:
 
             ssh_cpu = await _server_cpu(pid, ssh_call, n)
             chan.close()
-        return grpc_cpu, unary_cpu, ssh_cpu
+        return grpc_cpu, unary_cpu, pair_cpu, ssh_cpu
+
+
+async def _pair_cpu(channel: Any, pid: int, n: int) -> float:
+    """Server CPU seconds per message pair on one open bidirectional stream of ``channel``."""
+    pairs = channel.stream_stream("/bench.Floor/Pairs")()
+
+    async def pair() -> None:
+        await pairs.write(b"")
+        await pairs.read()
+
+    try:
+        return await _server_cpu(pid, pair, n)
+    finally:
+        await pairs.done_writing()
+        await pairs.code()
 
 
 @contextlib.asynccontextmanager
@@ -1103,6 +1121,8 @@ async def _floor_servers() -> AsyncIterator[tuple[int, dict[str, int]]]:
     try:
         async with asyncio.timeout(START_TIMEOUT_S):
             lines = [(await server.stdout.readline()).decode().split() for _ in range(2)]
+        if not all(len(line) == 2 for line in lines):
+            raise RuntimeError("the floor servers did not start (see their error above)")
         yield server.pid, {name: int(port) for name, port in lines}
     finally:
         server.stdin.close()
@@ -1136,13 +1156,14 @@ def exec_cpu() -> None:
 
     async def run() -> None:
         core = await _core_cpu(CPU_CALLS)
-        grpc_floor, unary_floor, ssh_floor = await _transport_floor(CPU_CALLS)
+        grpc_floor, unary_floor, pair_floor, ssh_floor = await _transport_floor(CPU_CALLS)
         floor = {"gRPC": grpc_floor, "SSH": ssh_floor}
         print(
             f"exec_cpu floor: broker core {_ms(core)} per exec in process (no transport); bare "
             f"grpc.aio server {_ms(grpc_floor)} per one-message streaming call "
-            f"({_ms(unary_floor)} per unary call); bare asyncssh server {_ms(ssh_floor)} per "
-            "message round trip on an open channel",
+            f"({_ms(unary_floor)} per unary call, {_ms(pair_floor)} per message pair on one open "
+            f"stream); bare asyncssh server {_ms(ssh_floor)} per message round trip on an open "
+            "channel",
             flush=True,
         )
         async with _rig() as rig:
