@@ -626,10 +626,11 @@ def peers() -> None:
     """Every workload over gRPC and SSH beside asyncssh (one connection: exec channels and one
     SFTP session) and OpenSSH (ControlMaster) on a private sshd, and local ``bash -c true``.
 
-    Each line: our figure, each peer's, and the ratio of our time to the best peer's (below 1 is
-    ahead; the goal is 0.9 or less). SWE-ReX (its uvicorn server and ``RemoteRuntime`` client) runs
-    beside them when swe-rex is installed (``pip install -e '.[bench]'``). Then gRPC against the
-    raw grpc.aio floor and exec against local bash.
+    SWE-ReX (its uvicorn server and ``RemoteRuntime`` client) runs beside them when swe-rex is
+    installed (``pip install -e '.[bench]'``). Every client takes its turn in each round of each
+    workload (:func:`_alternate`). Each line: our figure, each peer's, and the ratio of our time
+    to the best peer's (below 1 is ahead; the goal is 0.9 or less). Then gRPC against the bare
+    grpc.aio floor and exec against local bash.
     """
 
     async def run() -> None:
