@@ -30,6 +30,7 @@ from opsbroker import malloc
 from opsbroker.v1 import broker_pb2 as pb
 from opsbroker.v1.codec import (
     capabilities_from_wire,
+    chunk_data_view,
     entry_from_wire,
     error_from_wire,
     exit_from_wire,
@@ -500,15 +501,13 @@ class SSHBackend:
 
     async def read_file(self, path: str) -> bytes:
         path = _text("read_file", path)
-        # As in the gRPC backend: each piece is copied once, into the buffer whose bytes are
-        # returned (getvalue() hands them over without another copy), and received messages
-        # are released as they come instead of being held until a final join.
+        # As in the gRPC backend: each piece is copied once, from the received message into the
+        # buffer whose bytes are returned (getvalue() hands them over without another copy), and
+        # received messages are released as they come instead of being held until a final join.
         content = io.BytesIO()
         async with self._call("ReadFile", pb.PathRequest(path=path), path) as call:
             while (data := await call.receive()) is not None:
-                chunk = pb.Chunk()
-                chunk.ParseFromString(data)
-                content.write(chunk.data)
+                content.write(chunk_data_view(data))
         return content.getvalue()
 
     async def access(self, path: str, *, writable: bool = False) -> None:
