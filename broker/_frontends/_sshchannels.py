@@ -105,6 +105,7 @@ EXIT_KILLED: Final = 137
 """Exit status of a command killed for any other reason (128 + SIGKILL)."""
 
 _OUTPUT_FIELD: Final = pb.ExecEvent.DESCRIPTOR.fields_by_name["output"].number
+_CHUNK_FIELD: Final = pb.Chunk.DESCRIPTOR.fields_by_name["data"].number
 
 
 class _Kind:
@@ -508,9 +509,11 @@ class FrameChannel(_Kind):
         payload = message.SerializeToString()
         await self._send_message([payload], len(payload))
 
-    async def send_output(self, pieces: list[Piece], size: int) -> None:
-        """Send ``ExecEvent(output=b"".join(pieces))``, framed with one copy of the output."""
-        prefix = bytes_field_prefix(_OUTPUT_FIELD, size)
+    async def send_bytes_field(self, field: int, pieces: list[Piece], size: int) -> None:
+        """Send the message whose only field is bytes field ``field`` holding
+        ``b"".join(pieces)`` (``ExecEvent(output=...)``, ``Chunk(data=...)``), framed with one
+        copy of the pieces, never built and serialized."""
+        prefix = bytes_field_prefix(field, size)
         await self._send_message([prefix, *pieces], len(prefix) + size)
 
     async def _send_message(self, parts: list[bytes | memoryview], size: int) -> None:
@@ -573,8 +576,8 @@ class FrameChannel(_Kind):
 
 
 class _FrameSend:
-    """A framed call's ``send``: messages, and command output as raw pieces
-    (:class:`~._output.OutputSend`)."""
+    """A framed call's ``send``: messages, and command output and file pieces as raw bytes
+    (:class:`~._output.OutputSend`, :class:`~._service.ChunkSend`)."""
 
     __slots__ = ("_channel",)
 
@@ -585,7 +588,10 @@ class _FrameSend:
         return self._channel.send(message)
 
     def output(self, pieces: list[Piece], size: int) -> Coroutine[object, object, None]:
-        return self._channel.send_output(pieces, size)
+        return self._channel.send_bytes_field(_OUTPUT_FIELD, pieces, size)
+
+    def chunk(self, data: bytes) -> Coroutine[object, object, None]:
+        return self._channel.send_bytes_field(_CHUNK_FIELD, [data], len(data))
 
 
 class _FrameCall:
