@@ -605,6 +605,7 @@ class BrokerServer:
             if self._health is not None:
                 await self._health.enter_graceful_shutdown()
             if self._servicer is not None:
+                self._servicer.close_sessions()
                 self._servicer.kill_running()
             await server.stop(grace)
             if self._servicer is not None:

@@ -13,31 +13,32 @@ only read are retried when the broker was unreachable, if it answers again withi
 ``reconnect_wait``, not ``call_timeout``; one that stops answering (a frozen process, a host
 gone) is noticed by keepalive pings within ``KEEPALIVE_TIME_MS + KEEPALIVE_TIMEOUT_MS``.
 
+``exec`` runs on the broker's ``Frames`` stream, as over SSH (:class:`~._frames.FrameClient`):
+a few long-lived streams are kept open and each carries one command at a time, so a command
+costs a message pair instead of a new RPC. Every other call is an RPC of its own.
+
 **Cancellation:** cancelling the awaiting task cancels the RPC, and the broker stops the work.
 For ``exec``, cancelling the task (or aborting its signal) first asks the broker to kill the tree
-and waits, at most ``exec_grace`` seconds, until it has, exactly like a local ``exec``.
+and waits, at most ``exec_grace`` seconds, until it has, exactly like a local ``exec``; a broker
+that has not reported ``exec_grace`` seconds after the command's timeout is given up on.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
-import inspect
 import io
 import os
 import urllib.parse
 from collections.abc import (
     AsyncIterable,
     AsyncIterator,
-    Callable,
-    Coroutine,
     Mapping,
     Sequence,
 )
 from pathlib import Path
 from types import TracebackType
-from typing import Any, NoReturn, Self, TypeVar
+from typing import Any, Self, TypeVar
 
 import grpc
 import grpc.aio
@@ -51,10 +52,10 @@ from opsbroker.v1.codec import (
     chunk_data_view,
     chunks,
     error_from_wire,
-    exit_from_wire,
     kind_from_wire,
     stat_from_wire,
 )
+from opsbroker.v1.sshframe import DEFAULT_MAX_FRAME_SIZE
 
 from operations import (
     Aborted,
@@ -77,13 +78,13 @@ from operations import (
     check_mode,
 )
 
+from ._frames import FrameClient, FrameStream
 from .processes import OPS, RemoteProcesses
 
 __all__ = ["CALL_TIMEOUT", "EXEC_GRACE", "GrpcBackend", "open_from_url"]
 
 CALL_TIMEOUT = 300.0  # seconds for any call but exec: a dead broker cannot hang a tool forever
 EXEC_GRACE = 10.0  # seconds beyond an exec's own timeout before the client gives up on the broker
-TRAILER_WAIT = 5.0  # seconds an exec call may take to finish after its exit event, then cut
 RECONNECT_ATTEMPTS = 3  # tries of a read-only call while the broker is unreachable
 RECONNECT_WAIT = 5.0  # seconds a read-only call waits for an unreachable broker to come back
 KEEPALIVE_TIME_MS = 10_000  # ping the broker during calls, so a frozen or vanished one is noticed
@@ -202,6 +203,7 @@ class GrpcBackend:
         self._opening: asyncio.Lock | None = None
         self._closed = False
         self._powershell = ShellExec(functools.partial(self._exec, pb.SHELL_POWERSHELL))
+        self._frames = FrameClient(self._frame_stream, exec_grace)
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -299,6 +301,7 @@ class GrpcBackend:
     async def aclose(self) -> None:
         """Close the channel; calls still running are cancelled. Idempotent."""
         self._closed = True
+        self._frames.close()
         channel, self._channel = self._channel, None
         self._stub = None
         if channel is not None:
@@ -654,176 +657,81 @@ class GrpcBackend:
         if signal is not None and signal.aborted:
             return ExecResult(None, KillReason.ABORTED)
         _check("exec", cwd, command, *(env or {}).keys(), *(env or {}).values())
-        stub = await self._ensure()
-        # One request (Run), no client stream: an abort travels as an AbortRun naming the
-        # command by this id, and the Run call then reports the kill.
+        # One request (Run), as on every transport: an abort travels as an AbortRun naming the
+        # command by this id, on another stream, and the Run call then reports the kill.
         start = pb.ExecRequest(command=command, cwd=cwd, shell=shell, abort_id=os.urandom(16).hex())
         if env:
             start.env.update(env)
         if timeout is not None:
             start.timeout = timeout
-        deadline = None if timeout is None else timeout + self._exec_grace
-        call = stub.Run(start, timeout=deadline, metadata=self._metadata)
-        # The call is read in its own task: a cancellation of ours must not reach grpc's read
-        # (that would cut the RPC at once) but first ask the broker to kill the tree.
-        run = _ExecCall(call, on_data, self._exec_grace, self._abort_run, start.abort_id)
-        remove: Callable[[], None] | None = None
-        try:
-            if signal is not None:
-                loop = asyncio.get_running_loop()
+        return await self._frames.exec(start, on_data, signal)
 
-                def on_abort() -> None:
-                    loop.call_soon_threadsafe(run.abort)
-
-                remove = signal.add_listener(on_abort)
-            try:
-                return await run.outcome
-            except asyncio.CancelledError:
-                if not run.reading:
-                    raise
-                await run.stop_after_cancel()
-                raise
-        except grpc.aio.AioRpcError as exc:
-            if run.aborted and exc.code() is grpc.StatusCode.CANCELLED:
-                return ExecResult(None, KillReason.ABORTED)
-            if exc.code() is grpc.StatusCode.DEADLINE_EXCEEDED and timeout is not None:
-                raise Unavailable(
-                    "exec",
-                    cwd,
-                    f"the broker did not report within the {timeout} s timeout "
-                    f"plus {self._exec_grace} s",
-                ) from None
-            raise _error(exc, "exec", cwd) from None
-        finally:
-            if remove is not None:
-                remove()
-            run.close()
-
-    async def _abort_run(self, abort_id: str) -> None:
-        """Ask the broker to kill the command named ``abort_id`` (errors ignored: the exec's
-        grace period covers a broker that cannot be told)."""
-        stub = self._stub
-        if stub is None:
-            return
-        with contextlib.suppress(Exception):  # e.g. the channel closed meanwhile
-            await stub.AbortRun(
-                pb.AbortRunRequest(abort_id=abort_id),
-                timeout=self._exec_grace,
-                metadata=self._metadata,
-            )
+    async def _frame_stream(self, op: str, path: str | None) -> FrameStream:
+        """A new ``Frames`` call (the pool in ``_frames`` reuses it for later calls)."""
+        stub = await self._ensure()
+        return _FramesCall(stub.Frames(metadata=self._metadata))
 
 
-class _ExecCall:
-    """One running ``Run`` stream, read by a task of its own: output to ``on_data``, then the
-    exit event, handed to ``outcome``.
+class _FramesCall(FrameStream):
+    """One ``Frames`` call: its replies fed in by a reader task, its requests written in order
+    by a writer task (grpc.aio takes one write at a time)."""
 
-    The caller awaits ``outcome``, a plain future the reader resolves itself: cancelling the
-    caller cancels that future, never the reader (nor grpc's read under it), and a result
-    reaches the caller in one step of the event loop (``asyncio.shield`` would take two).
-    """
+    what = "gRPC Frames stream"
 
-    def __init__(
-        self,
-        call: Any,
-        on_data: OnData,
-        grace: float,
-        send_abort: Callable[[str], Coroutine[Any, Any, None]],
-        abort_id: str,
-    ) -> None:
+    def __init__(self, call: Any) -> None:
+        super().__init__(DEFAULT_MAX_FRAME_SIZE)
         self._call = call
-        self._on_data = on_data
-        self._grace = grace
-        self._send_abort = send_abort
-        self._abort_id = abort_id
-        self._give_up: asyncio.TimerHandle | None = None
-        self._tasks: set[asyncio.Task[Any]] = set()
-        self.aborted = False
-        self.finished = False  # the exit event arrived: the call ends by itself
+        self._pending: list[bytes] = []
+        self._wake = asyncio.Event()
         loop = asyncio.get_running_loop()
-        self.outcome: asyncio.Future[ExecResult] = loop.create_future()
         self._reader = loop.create_task(self._read())
-
-    @property
-    def reading(self) -> bool:
-        """The reader is still running (the caller was cancelled, not the reader)."""
-        return not self._reader.done()
+        self._writer = loop.create_task(self._write())
 
     async def _read(self) -> None:
-        """Resolve ``outcome`` with the exit, or with what ended the call first."""
-        outcome = self.outcome
         try:
-            result = await self._read_until_exit()
-        except asyncio.CancelledError:
-            if not outcome.done():
-                outcome.cancel()
-            raise
-        except Exception as exc:
-            if not outcome.done():
-                outcome.set_exception(exc)
+            async for message in self._call:
+                self.received(message.data)
+        except grpc.aio.AioRpcError as exc:
+            self.fail(exc)
+        except Exception as exc:  # e.g. a broken channel
+            self.fail(exc)
         else:
-            if not outcome.done():
-                outcome.set_result(result)
+            self.fail(ConnectionResetError("the broker ended the stream"))
 
-    async def _read_until_exit(self) -> ExecResult:
-        while True:
-            event = await self._call.read()
-            if event is grpc.aio.EOF:
-                await self._raise_status()
-            kind = event.WhichOneof("event")
-            if kind == "output":
-                pending = self._on_data(event.output)
-                if inspect.isawaitable(pending):
-                    await pending
-            elif kind == "exit":
-                self.finished = True
-                return exit_from_wire(event.exit)
-
-    async def _raise_status(self) -> NoReturn:
-        code = await self._call.code()
-        raise Unavailable("exec", None, f"the broker ended the call without an exit ({code.name})")
-
-    def abort(self) -> None:
-        """Ask the broker to kill the tree; give it ``grace`` seconds to confirm."""
-        if self.aborted:
-            return
-        self.aborted = True
-        loop = asyncio.get_running_loop()
-        task = loop.create_task(self._send_abort(self._abort_id))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        self._give_up = loop.call_later(self._grace, self._gone)
-
-    def _gone(self) -> None:
-        """The broker did not confirm the kill in time: the exec ends aborted, and the RPC is cut."""
-        if not self.outcome.done():
-            self.outcome.set_result(ExecResult(None, KillReason.ABORTED))
-        self._reader.cancel()
-
-    async def stop_after_cancel(self) -> None:
-        """On task cancellation: abort, and wait (at most ``grace``) for the broker to report
-        that the tree is gone."""
-        self.abort()
-        reader = self._reader
+    async def _write(self) -> None:
+        call, pending = self._call, self._pending
         try:
-            await asyncio.wait((reader,), timeout=self._grace + 1)
-        finally:
-            if not reader.done():
-                reader.cancel()
+            while True:
+                await self._wake.wait()
+                self._wake.clear()
+                while pending:
+                    data = b"".join(pending)
+                    pending.clear()
+                    await call.write(pb.FrameBytes(data=data))
+        except Exception as exc:  # the call ended: the reader reports why
+            self.fail(exc)
+
+    def error(self, exc: BaseException, op: str, path: str | None) -> OpsError:
+        if isinstance(exc, grpc.aio.AioRpcError):
+            error = _error(exc, op, path)
+            if exc.code() is grpc.StatusCode.UNIMPLEMENTED:
+                return Unavailable(
+                    op,
+                    path,
+                    "the broker does not offer Frames, which this client needs "
+                    "for exec: upgrade the broker",
+                )
+            return error
+        return super().error(exc, op, path)
+
+    def write(self, data: bytes) -> None:
+        self._pending.append(data)
+        self._wake.set()
 
     def close(self) -> None:
-        if self._give_up is not None:
-            self._give_up.cancel()
-        call = self._call
-        if not call.done():
-            if self.finished:
-                # The broker's status follows its exit event at once: not waited for (the
-                # caller has its result), not cut (a reset would abort the broker's call);
-                # cut only if it never comes.
-                asyncio.get_running_loop().call_later(TRAILER_WAIT, call.cancel)
-            else:
-                call.cancel()
-        # An AbortRun still on its way is left to finish: cancelling it could leave the
-        # broker's early-abort note behind for nothing (it is bounded either way).
+        self.fail(ConnectionAbortedError("the stream was closed"))
+        self._writer.cancel()
+        self._call.cancel()
 
 
 def _check(op: str, path: object, *texts: object) -> None:

@@ -3,24 +3,24 @@
 One SSH connection carries every call. Each call runs on its own channel of the subsystem, so
 calls run concurrently and a call's cancellation is local to its channel; a channel whose call
 is over goes back to a small pool and carries the next call (one round trip per call instead of
-three). The messages are the gRPC service's, framed by :mod:`opsbroker.v1.sshframe`.
+three). The messages are the gRPC service's, framed by :mod:`opsbroker.v1.sshframe`; the calls
+are :class:`~._frames.FrameClient`'s, as over gRPC.
 
 **Cancellation:** cancelling the awaiting task (or closing a ``search`` iterator early) sends a
 ``CANCEL`` frame and waits, at most :data:`CANCEL_WAIT_S`, for the broker to end the call (for
 ``exec``: after the tree is killed); then the cancellation propagates. An ``AbortSignal`` aborts
-an ``exec`` through the protocol's ``abort`` message: the command is killed and ``exec`` returns
-its result with ``kill_reason=ABORTED``.
+an ``exec`` through ``AbortRun``: the command is killed and ``exec`` returns its result with
+``kill_reason=ABORTED``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import io
 import os
 import urllib.parse
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Final, Self, TypeVar
 
@@ -32,27 +32,13 @@ from opsbroker.v1.codec import (
     capabilities_from_wire,
     chunk_data_view,
     entry_from_wire,
-    error_from_wire,
-    exit_from_wire,
     match_from_wire,
     stat_from_wire,
 )
 from opsbroker.v1.sshframe import (
     DEFAULT_MAX_FRAME_SIZE,
     HEADER_BYTES,
-    NEED_DATA,
     SUBSYSTEM,
-    Cancel,
-    End,
-    EndOfInput,
-    Event,
-    FrameConnection,
-    Message,
-    ProtocolError,
-    Request,
-    Role,
-    State,
-    bytes_field_offset,
     bytes_field_prefix,
 )
 
@@ -64,7 +50,6 @@ from operations import (
     InvalidArgument,
     KillReason,
     OnData,
-    OpsError,
     PowerShellOperations,
     SearchMatch,
     ShellExec,
@@ -74,9 +59,10 @@ from operations import (
     check_timeout,
 )
 
-from .processes import OPS, RemoteProcesses
+from ._frames import FrameCall, FrameClient, FrameStream
+from .processes import RemoteProcesses
 
-__all__ = ["CANCEL_WAIT_S", "MAX_IDLE_CHANNELS", "WRITE_CHUNK_BYTES", "SSHBackend", "open_ssh_url"]
+__all__ = ["CANCEL_WAIT_S", "WRITE_CHUNK_BYTES", "SSHBackend", "open_ssh_url"]
 
 M = TypeVar("M", bound=ProtoMessage)
 
@@ -92,9 +78,6 @@ PREFERRED_CIPHERS: Final = (
 )
 """Cipher preference: AES-GCM is one hardware-accelerated call per packet (asyncssh's default,
 ChaCha20-Poly1305, costs about 40% more per call here). Override with ``encryption_algs=``."""
-
-MAX_IDLE_CHANNELS: Final = 16
-"""Channels kept open for reuse; more concurrent calls open more, and close them afterwards."""
 
 CHANNEL_WINDOW: Final = 8 * 1024 * 1024
 """Bytes the broker may send on a channel before we acknowledge: room for a fast stream."""
@@ -112,40 +95,27 @@ _OUTPUT_FIELD: Final = pb.ExecEvent.DESCRIPTOR.fields_by_name["output"].number
 _DATA_FIELD: Final = pb.WriteFileRequest.DESCRIPTOR.fields_by_name["data"].number
 
 
-class _ChannelSession(asyncssh.SSHClientSession[bytes]):
-    """One subsystem channel: feeds the frames it receives into a queue of events."""
+class _ChannelSession(FrameStream, asyncssh.SSHClientSession[bytes]):
+    """One subsystem channel: a :class:`~._frames.FrameStream` fed by asyncssh."""
+
+    what = "SSH channel"
 
     def __init__(self, max_frame_size: int) -> None:
-        self.frames = FrameConnection(Role.CLIENT, max_frame_size=max_frame_size)
-        self.events: asyncio.Queue[Event | BaseException] = asyncio.Queue()
-        self.writable = asyncio.Event()
-        self.writable.set()
+        super().__init__(max_frame_size)
         self.chan: asyncssh.SSHClientChannel[bytes] | None = None
-        self.broken = False
-        self.prefix = b""  # frames to send before the next request (a deferred END_OF_INPUT)
 
     def connection_made(self, chan: asyncssh.SSHClientChannel[bytes]) -> None:
         self.chan = chan
 
     def data_received(self, data: bytes, datatype: asyncssh.DataType) -> None:
-        self.frames.receive_data(data)
-        while True:
-            try:
-                event = self.frames.next_event()
-            except ProtocolError as exc:
-                self._break(exc)
-                return
-            if event is NEED_DATA:
-                return
-            assert isinstance(event, Event)
-            self.events.put_nowait(event)
+        self.received(data)
 
     def eof_received(self) -> bool:
-        self._break(ConnectionResetError("the broker closed the channel"))
+        self.fail(ConnectionResetError("the broker closed the channel"))
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._break(exc or ConnectionResetError("the channel was closed"))
+        self.fail(exc or ConnectionResetError("the channel was closed"))
         self.writable.set()
 
     def pause_writing(self) -> None:
@@ -153,11 +123,6 @@ class _ChannelSession(asyncssh.SSHClientSession[bytes]):
 
     def resume_writing(self) -> None:
         self.writable.set()
-
-    def _break(self, exc: BaseException) -> None:
-        if not self.broken:
-            self.broken = True
-            self.events.put_nowait(exc)
 
     def write(self, data: bytes) -> None:
         assert self.chan is not None
@@ -167,78 +132,6 @@ class _ChannelSession(asyncssh.SSHClientSession[bytes]):
         self.broken = True
         if self.chan is not None:
             self.chan.close()
-
-
-class _Call:
-    """One call on one channel: send request messages, receive response messages, see its end."""
-
-    def __init__(self, session: _ChannelSession, op: str, path: str | None) -> None:
-        self.session = session
-        self.op = op
-        self.path = path
-        self.ended = False
-
-    def _lost(self, exc: BaseException) -> OpsError:
-        return Unavailable(self.op, self.path, f"SSH channel to the broker lost: {exc}")
-
-    async def send(self, message: ProtoMessage) -> None:
-        await self.send_message([message.SerializeToString()])
-
-    async def send_message(self, parts: list[bytes | memoryview]) -> None:
-        """Send the serialized message ``b"".join(parts)``, framed with one copy of it."""
-        session = self.session
-        if session.broken:
-            raise Unavailable(self.op, self.path, "SSH channel to the broker lost")
-        session.write(session.frames.send_message(parts))
-        await session.writable.wait()
-
-    def end_input(self) -> None:
-        session = self.session
-        if not session.broken and session.frames.our_state is State.SEND:
-            session.write(session.frames.send(EndOfInput()))
-
-    async def receive(self) -> bytes | None:
-        """The next response message; ``None`` once the call ended well.
-
-        Raises:
-            OpsError: the call ended with an error (the broker's, rebuilt), or the channel died.
-        """
-        if self.ended:
-            return None
-        event = await self.session.events.get()
-        if isinstance(event, BaseException):
-            self.ended = True
-            raise self._lost(event)
-        if isinstance(event, Message):
-            return event.message
-        assert isinstance(event, End)
-        self.ended = True
-        if event.ok:
-            return None
-        detail = pb.ErrorDetail()
-        detail.ParseFromString(event.error)
-        raise error_from_wire(detail)
-
-    async def receive_one(self, cls: type[M]) -> M:
-        data = await self.receive()
-        if data is None:
-            raise Unavailable(self.op, self.path, "the broker sent no reply")
-        message = cls()
-        message.ParseFromString(data)
-        while await self.receive() is not None:
-            pass
-        return message
-
-    async def cancel(self, reason: str) -> None:
-        """Ask the broker to stop the call and wait (bounded) until it says it has."""
-        session = self.session
-        if self.ended or session.broken:
-            return
-        session.write(session.frames.send(Cancel(reason)))
-        async with asyncio.timeout(CANCEL_WAIT_S):
-            while not self.ended:
-                with contextlib.suppress(OpsError):
-                    await self.receive()
 
 
 class SSHBackend:
@@ -283,8 +176,7 @@ class SSHBackend:
         self._conn: asyncssh.SSHClientConnection | None = None
         self._connecting: asyncio.Lock | None = None
         self._capabilities: pb.CapabilitiesReply | None = None
-        self._idle: list[_ChannelSession] = []
-        self._aborts: set[asyncio.Task[None]] = set()  # AbortRun calls on their way
+        self._frames = FrameClient(self._channel, CANCEL_WAIT_S)
         self._closed = False
         self.powershell: PowerShellOperations = ShellExec(
             lambda command, cwd, on_data, signal, timeout, env: self.exec(
@@ -365,9 +257,7 @@ class SSHBackend:
         """Close the connection; the broker cancels whatever is still running. Idempotent."""
         self._closed = True
         conn, self._conn = self._conn, None
-        self._idle.clear()
-        for task in list(self._aborts):
-            task.cancel()
+        self._frames.close()
         if conn is not None:
             conn.close()
             await conn.wait_closed()
@@ -387,10 +277,7 @@ class SSHBackend:
     # -- calls --
 
     async def _channel(self, op: str, path: str | None) -> _ChannelSession:
-        while self._idle:
-            session = self._idle.pop()
-            if not session.broken:
-                return session
+        """A new subsystem channel (the pool in ``_frames`` reuses it for later calls)."""
         if self._conn is None:
             if self._closed:
                 raise Unavailable(op, path, "the SSH backend is closed")
@@ -409,69 +296,18 @@ class SSHBackend:
         assert isinstance(created, _ChannelSession)
         return created
 
-    def _release(self, session: _ChannelSession) -> None:
-        frames = session.frames
-        reusable = (
-            not session.broken
-            and not self._closed
-            and frames.their_state is State.DONE
-            and len(self._idle) < MAX_IDLE_CHANNELS
-        )
-        if reusable and frames.our_state is State.SEND:
-            # The call ended while we could still send (exec): finish our half with the next
-            # request on this channel, in the same packet, instead of one packet of its own.
-            session.prefix = frames.send(EndOfInput())
-        if reusable and frames.our_state is State.DONE and frames.their_state is State.DONE:
-            frames.start_next_call()
-            self._idle.append(session)
-        else:
-            session.close()
-
-    @contextlib.asynccontextmanager
-    async def _call(
+    def _call(
         self, method: str, request: ProtoMessage, path: str | None, *, streaming_input: bool = False
-    ) -> AsyncIterator[_Call]:
-        op = _OPS[method]
-        session = await self._channel(op, path)
-        call = _Call(session, op, path)
-        data = session.prefix + session.frames.send(Request(method, request.SerializeToString()))
-        session.prefix = b""
-        if not streaming_input:
-            data += session.frames.send(EndOfInput())
-        session.write(data)
-        abandoned = False
-        try:
-            yield call
-        except BaseException as exc:
-            if not call.ended:
-                abandoned = isinstance(exc, GeneratorExit)
-                try:
-                    await call.cancel(f"client {type(exc).__name__}")
-                except BaseException:
-                    session.close()
-                    raise
-            raise
-        finally:
-            if abandoned:
-                # A stream closed early by its consumer (a search stopped at its limit) is
-                # finalised outside the call's task, racing the next call for this channel:
-                # the channel is closed, never handed on.
-                session.close()
-            else:
-                self._release(session)
+    ) -> contextlib.AbstractAsyncContextManager[FrameCall]:
+        return self._frames.call(method, request, path, streaming_input=streaming_input)
 
     async def _unary(
         self, method: str, request: ProtoMessage, reply: type[M], path: str | None = None
     ) -> M:
-        async with self._call(method, request, path) as call:
-            return await call.receive_one(reply)
+        return await self._frames.unary(method, request, reply, path)
 
-    async def _stream(
-        self, method: str, request: ProtoMessage, path: str | None
-    ) -> AsyncIterator[bytes]:
-        async with self._call(method, request, path) as call:
-            while (data := await call.receive()) is not None:
-                yield data
+    def _stream(self, method: str, request: ProtoMessage, path: str | None) -> AsyncIterator[bytes]:
+        return self._frames.stream(method, request, path)
 
     @property
     def processes(self) -> RemoteProcesses:
@@ -640,28 +476,6 @@ class SSHBackend:
 
     # -- BashOperations --
 
-    def _on_abort(self, signal: AbortSignal | None, abort_id: str) -> Callable[[], None]:
-        """Send ``AbortRun(abort_id)`` when ``signal`` aborts; returns the un-listen function.
-        A failed AbortRun is ignored: the caller's cancellation still kills the command."""
-        if signal is None:
-            return lambda: None
-        loop = asyncio.get_running_loop()
-        request = pb.AbortRunRequest(abort_id=abort_id)
-
-        async def send() -> None:
-            with contextlib.suppress(OpsError):
-                await self._unary("AbortRun", request, pb.Empty)
-
-        def start() -> None:
-            task = loop.create_task(send())
-            self._aborts.add(task)
-            task.add_done_callback(self._aborts.discard)
-
-        def listener() -> None:
-            loop.call_soon_threadsafe(start)
-
-        return signal.add_listener(listener)
-
     async def exec(
         self,
         command: str,
@@ -684,30 +498,7 @@ class SSHBackend:
         start = pb.ExecRequest(
             command=command, cwd=cwd, shell=shell, timeout=timeout, env=env, abort_id=abort_id
         )
-        result: ExecResult | None = None
-        async with self._call("Run", start, cwd) as call:
-            remove = self._on_abort(signal, abort_id)
-            try:
-                while (data := await call.receive()) is not None:
-                    offset = bytes_field_offset(data, _OUTPUT_FIELD)
-                    if offset is not None:  # ExecEvent(output=...): taken without parsing it
-                        pending = on_data(data[offset:])
-                        if inspect.isawaitable(pending):
-                            await pending
-                        continue
-                    event = pb.ExecEvent()
-                    event.ParseFromString(data)
-                    if event.WhichOneof("event") == "output":
-                        pending = on_data(event.output)
-                        if inspect.isawaitable(pending):
-                            await pending
-                    elif event.WhichOneof("event") == "exit":
-                        result = exit_from_wire(event.exit)
-            finally:
-                remove()
-        if result is None:
-            raise Unavailable("exec", cwd, "the broker ended the command without an exit status")
-        return result
+        return await self._frames.exec(start, on_data, signal)
 
 
 def _is_utf8(text: str) -> bool:
@@ -727,30 +518,6 @@ def _text(op: str, value: object, *, what: str = "path") -> str:
     if not _is_utf8(value):
         raise InvalidArgument(op, value, f"{what} is not valid UTF-8 text")
     return value
-
-
-_OPS: Final[dict[str, str]] = {
-    "Capabilities": "connect",
-    "ReadFile": "read_file",
-    "Access": "access",
-    "DetectImageMimeType": "detect_image_mime_type",
-    "WriteFile": "write_file",
-    "WriteSmallFile": "write_file",
-    "Mkdir": "mkdir",
-    "Exists": "exists",
-    "Stat": "stat",
-    "Lstat": "lstat",
-    "IsDirectory": "is_directory",
-    "Readdir": "readdir",
-    "ListDir": "list_dir",
-    "Remove": "remove",
-    "Rename": "rename",
-    "Glob": "glob",
-    "Search": "search",
-    "Run": "exec",
-    "AbortRun": "abort_exec",
-    **OPS,
-}
 
 
 def open_ssh_url(parts: urllib.parse.SplitResult, options: dict[str, Any]) -> SSHBackend:

@@ -616,6 +616,10 @@ _OPS: Final = {
 }
 
 
+CARRIERS: Final = frozenset({"Frames"})
+"""Methods of ``service Broker`` that carry the others' calls instead of being one."""
+
+
 def _snake(name: str) -> str:
     return "".join(f"_{c.lower()}" if c.isupper() else c for c in name).lstrip("_")
 
@@ -624,6 +628,8 @@ def _methods() -> dict[str, Method]:
     service = pb.DESCRIPTOR.services_by_name["Broker"]
     table = {}
     for name, method in service.methods_by_name.items():
+        if name in CARRIERS:
+            continue
         table[name] = Method(
             name=name,
             op=_OPS.get(name, _snake(name)),

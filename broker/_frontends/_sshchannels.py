@@ -18,7 +18,6 @@ import asyncio
 import contextlib
 import logging
 import signal as _signal
-import time
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Final, cast
 
@@ -26,24 +25,12 @@ import asyncssh
 from asyncssh.stream import SSHServerStreamSession
 from google.protobuf.message import Message as ProtoMessage
 from opsbroker.v1 import broker_pb2 as pb
-from opsbroker.v1.codec import error_to_wire, exit_from_wire
+from opsbroker.v1.codec import exit_from_wire
 from opsbroker.v1.sshframe import (
-    NEED_DATA,
     SUBSYSTEM,
-    Cancel,
-    End,
-    EndOfInput,
-    FrameConnection,
-    Message,
-    ProtocolError,
-    Request,
-    Role,
-    State,
-    bytes_field_prefix,
 )
 
 from operations import (
-    Aborted,
     Backend,
     InvalidArgument,
     KillReason,
@@ -51,11 +38,9 @@ from operations import (
     ProcessInfo,
     ProcessOperations,
     PtySize,
-    TooLarge,
 )
 
-from ._output import Piece
-from ._service import METHODS, Method, call_subject, decode, log_call
+from ._frames import COALESCE_BYTES, INBOUND_HIGH_WATER, INBOUND_LOW_WATER, FrameServer
 from ._sftp import BackendSFTPServer
 
 if TYPE_CHECKING:
@@ -71,15 +56,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("opsbroker.ssh")
-
-INBOUND_HIGH_WATER: Final = 64
-"""Buffered client messages (64 KiB chunks) at which a channel stops reading: backpressure."""
-
-INBOUND_LOW_WATER: Final = 16
-"""Buffered client messages at which a paused channel reads again."""
-
-COALESCE_BYTES: Final = 256 * 1024
-"""Queued reply bytes that are written at once instead of at the end of the loop iteration."""
 
 NO_SHELL_MESSAGE: Final = (
     "opsbroker: interactive shells are not offered without a terminal. Ask for one "
@@ -103,9 +79,6 @@ EXIT_TIMEOUT: Final = 124
 
 EXIT_KILLED: Final = 137
 """Exit status of a command killed for any other reason (128 + SIGKILL)."""
-
-_OUTPUT_FIELD: Final = pb.ExecEvent.DESCRIPTOR.fields_by_name["output"].number
-_CHUNK_FIELD: Final = pb.Chunk.DESCRIPTOR.fields_by_name["data"].number
 
 
 class _Kind:
@@ -426,205 +399,53 @@ class SftpChannel(_Kind):
 
 
 class FrameChannel(_Kind):
-    """The ``opsbroker`` subsystem: framed calls of ``service Broker``, one at a time."""
+    """The ``opsbroker`` subsystem: framed calls of ``service Broker``, one at a time
+    (:class:`~._frames.FrameServer`, with this channel as its carrier)."""
 
     def __init__(self, server: _BrokerServer, chan: asyncssh.SSHServerChannel[bytes]) -> None:
         super().__init__(server, chan)
-        self.frames = FrameConnection(
-            Role.SERVER, max_frame_size=server.frontend.options.max_frame_size
+        assert server.principal is not None
+        self.frames = FrameServer(
+            self,
+            server.frontend.service,
+            server.ops,
+            server.principal,
+            max_frame_size=server.frontend.options.max_frame_size,
+            calls=server.frontend._calls,
+            log=log,
         )
-        self.inbound: asyncio.Queue[bytes | None] = asyncio.Queue()
-        self._read_paused = False
-        self._pending: list[bytes] = []
-        self._pending_bytes = 0
 
     def data(self, data: bytes, datatype: asyncssh.DataType) -> None:
-        self.frames.receive_data(data)
-        self._pump()
+        self.frames.data(data)
 
     def eof(self) -> bool:
-        self.frames.receive_data(b"")
-        self._pump()
+        self.frames.eof()
         return True
 
-    def _pump(self) -> None:
-        """Handle every complete frame received so far."""
-        frames = self.frames
-        while True:
-            try:
-                event = frames.next_event()
-            except ProtocolError as exc:
-                log.warning("opsbroker subsystem: %s; closing the channel", exc)
-                self.cancel()
-                self.chan.close()
-                return
-            if event is NEED_DATA:
-                if frames.closed_by_peer and self.task is None:
-                    self.chan.close()
-                return
-            if isinstance(event, Request):
-                self.cancel_requested = False
-                self.inbound = asyncio.Queue()
-                self.start(self._run_call(event.method, event.message, self.inbound))
-            elif isinstance(event, Message):
-                self.inbound.put_nowait(event.message)
-                if self.inbound.qsize() >= INBOUND_HIGH_WATER:
-                    self._read_paused = True
-                    self.chan.pause_reading()
-            elif isinstance(event, EndOfInput):
-                self.inbound.put_nowait(None)
-            elif isinstance(event, Cancel):
-                self.cancel_requested = True
-                self.cancel_soon()
-            self._maybe_next_call()
+    def signal(self) -> None:
+        log.info("signal request on a channel: cancelling its call")
+        self.frames.cancel_by_client()
 
-    def _maybe_next_call(self) -> None:
-        if self.frames.our_state is State.DONE and self.frames.their_state is State.DONE:
-            self.frames.start_next_call()
+    def lost(self, exc: Exception | None) -> None:
+        self.frames.lost()
+        self.writable.set()
 
-    async def receive(self, inbound: asyncio.Queue[bytes | None]) -> bytes | None:
-        item = await inbound.get()
-        if self._read_paused and inbound.qsize() <= INBOUND_LOW_WATER:
-            self._read_paused = False
-            self.chan.resume_reading()
-        return item
+    # -- the carrier --
 
-    def _write(self, data: bytes) -> None:
-        """Queue frame bytes; they leave together at the end of this loop iteration (a reply and
-        its END share one SSH packet), or at once when :data:`COALESCE_BYTES` are waiting."""
-        if not self._pending:
-            asyncio.get_running_loop().call_soon(self._flush)
-        self._pending.append(data)
-        self._pending_bytes += len(data)
-        if self._pending_bytes >= COALESCE_BYTES:
-            self._flush()
+    def write(self, data: bytes) -> None:
+        self.chan.write(data)
 
-    def _flush(self) -> None:
-        if self._pending and not self.chan.is_closing():
-            self.chan.write(b"".join(self._pending))
-        self._pending.clear()
-        self._pending_bytes = 0
+    def pause_reading(self) -> None:
+        self.chan.pause_reading()
 
-    async def send(self, message: ProtoMessage) -> None:
-        payload = message.SerializeToString()
-        await self._send_message([payload], len(payload))
+    def resume_reading(self) -> None:
+        self.chan.resume_reading()
 
-    async def send_bytes_field(self, field: int, pieces: list[Piece], size: int) -> None:
-        """Send the message whose only field is bytes field ``field`` holding
-        ``b"".join(pieces)`` (``ExecEvent(output=...)``, ``Chunk(data=...)``), framed with one
-        copy of the pieces, never built and serialized."""
-        prefix = bytes_field_prefix(field, size)
-        await self._send_message([prefix, *pieces], len(prefix) + size)
+    def close(self) -> None:
+        self.chan.close()
 
-    async def _send_message(self, parts: list[bytes | memoryview], size: int) -> None:
-        """Send the ``size``-byte message ``b"".join(parts)`` (refused above the frame limit)."""
-        if size >= self.frames.max_frame_size:
-            raise TooLarge("reply", None, f"a {size}-byte message exceeds the SSH frame limit")
-        self._write(self.frames.send_message(parts))
-        await self.drain()
-
-    async def _run_call(
-        self, method_name: str, first: bytes, inbound: asyncio.Queue[bytes | None]
-    ) -> None:
-        method = METHODS.get(method_name)
-        op = method.op if method is not None else method_name
-        error: OpsError | None = None
-        started = time.perf_counter()
-        call: _FrameCall | None = None
-        outcome = "ok"
-        try:
-            if method is None:
-                raise InvalidArgument(op, None, f"unknown method {method_name!r}")
-            if method.client_streaming:  # the request frame carries the stream's first message
-                call = _FrameCall(self, method, inbound, first)
-                request = None
-            else:
-                call = _FrameCall(self, method, inbound, None)
-                request = decode(method.request, first, op)
-                call.subject = call_subject(request, call.ops)
-            await method.handler(self.server.frontend.service, request, call)
-        except OpsError as exc:
-            error = exc
-        except asyncio.CancelledError:
-            outcome = "cancelled"
-            task = asyncio.current_task()
-            if not self.cancel_requested or task is None:
-                raise
-            task.uncancel()
-            error = Aborted(op, None, "cancelled by the client")
-        except (BrokenPipeError, ConnectionError):
-            outcome = "disconnected"
-            return
-        except Exception:
-            log.exception("opsbroker subsystem: %s failed", method_name)
-            error = OpsError(op, None, "internal broker error (see the broker's log)")
-            outcome = "internal"
-        finally:
-            self.task = None
-            if error is not None and outcome == "ok":
-                outcome = error.code
-            subject = None if call is None else call.subject
-            log_call(log, self.server.principal, op, subject, outcome, started)
-        if self.chan.is_closing():
-            return
-        detail = b"" if error is None else error_to_wire(error).SerializeToString()
-        self._write(self.frames.send(End(detail)))
-        self._maybe_next_call()
-        if self.frames.closed_by_peer:
-            self._flush()
-            self.chan.close()
-
-
-class _FrameSend:
-    """A framed call's ``send``: messages, and command output and file pieces as raw bytes
-    (:class:`~._output.OutputSend`, :class:`~._service.ChunkSend`)."""
-
-    __slots__ = ("_channel",)
-
-    def __init__(self, channel: FrameChannel) -> None:
-        self._channel = channel
-
-    def __call__(self, message: ProtoMessage) -> Coroutine[object, object, None]:
-        return self._channel.send(message)
-
-    def output(self, pieces: list[Piece], size: int) -> Coroutine[object, object, None]:
-        return self._channel.send_bytes_field(_OUTPUT_FIELD, pieces, size)
-
-    def chunk(self, data: bytes) -> Coroutine[object, object, None]:
-        return self._channel.send_bytes_field(_CHUNK_FIELD, [data], len(data))
-
-
-class _FrameCall:
-    """The :class:`~._service.Call` of one framed call."""
-
-    __slots__ = ("_channel", "_first", "_inbound", "_method", "ops", "principal", "send", "subject")
-
-    def __init__(
-        self,
-        channel: FrameChannel,
-        method: Method,
-        inbound: asyncio.Queue[bytes | None],
-        first: bytes | None,
-    ) -> None:
-        self._channel = channel
-        self._method = method
-        self._inbound = inbound
-        self._first = first
-        self.ops: Backend = channel.server.ops
-        self.principal = channel.server.principal
-        self.subject: str | None = None
-        self.send = _FrameSend(channel)
-
-    async def receive(self) -> ProtoMessage | None:
-        data, self._first = self._first, None
-        if data is None:
-            data = await self._channel.receive(self._inbound)
-        if data is None:
-            return None
-        return decode(self._method.request, data, self._method.op)
-
-    async def discard_input(self) -> None:
-        return None  # the client sees END whenever it comes; nothing to wait for
+    def is_closing(self) -> bool:
+        return self.chan.is_closing()
 
 
 class Channel(asyncssh.SSHServerSession[bytes]):

@@ -17,6 +17,7 @@ command at shutdown.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -24,12 +25,15 @@ import grpc
 import grpc.aio
 from google.protobuf.message import Message as ProtoMessage
 from opsbroker.v1 import broker_pb2_grpc as pb_grpc
+from opsbroker.v1.sshframe import DEFAULT_MAX_FRAME_SIZE
 
 from operations import Backend, InvalidArgument
 
 from .._guard import Enforcement
+from ._frames import FrameServer
 from ._grpcauth import AuthenticatedServer, Authenticator
-from ._grpcwire import SERVICE_NAME, CallScope, Undecodable, current_principal
+from ._grpcframes import StreamCarrier
+from ._grpcwire import SERVICE_NAME, CallScope, Undecodable, current_principal, log
 from ._service import METHODS, Method, Service, call_subject, capabilities_of
 
 __all__ = [
@@ -119,6 +123,8 @@ class BrokerServicer(pb_grpc.BrokerServicer):
         if info is None:
             info = capabilities_of(backend, enforcement)
         self.service = Service(version=version, root=backend.root, info=info)
+        self._sessions: set[FrameServer] = set()
+        self._frame_calls: set[asyncio.Task[None]] = set()
 
     def _ops(self, context: Context, principal: str) -> Backend:
         """The backend this call uses: the core behind the broker's policy and audit, as the
@@ -129,18 +135,72 @@ class BrokerServicer(pb_grpc.BrokerServicer):
             self._backend, principal=principal, transport="grpc", peer=context.peer() or ""
         )
 
+    async def Frames(self, requests: object, context: Context) -> None:
+        """Framed calls on one long-lived stream (:mod:`._grpcframes`), as the stream's
+        principal; the stream ends when the client ends it, or at broker shutdown once no call
+        runs on it."""
+        principal = current_principal.get()
+        carrier = StreamCarrier(context)
+        session = FrameServer(
+            carrier,
+            self.service,
+            self._ops(context, principal),
+            principal,
+            max_frame_size=DEFAULT_MAX_FRAME_SIZE,
+            calls=self._frame_calls,
+            log=log,
+        )
+        self._sessions.add(session)
+        reader = asyncio.ensure_future(_read_frames(carrier, session))
+        try:
+            await carrier.closed.wait()
+            await carrier.writer
+            if session.protocol_error is not None:
+                await context.abort(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"Frames: {session.protocol_error} (see opsbroker.v1.sshframe)",
+                )
+        finally:
+            self._sessions.discard(session)
+            reader.cancel()
+            carrier.writer.cancel()
+            session.lost()
+
+    def close_sessions(self) -> None:
+        """End every ``Frames`` stream once no call runs on it (broker shutdown)."""
+        for session in list(self._sessions):
+            session.close_when_idle()
+
     def kill_running(self) -> int:
         """Abort every running command (broker shutdown); their callers see ``SHUTDOWN``."""
         return self.service.kill_running()
 
     async def drain(self, timeout: float) -> None:
-        """Wait (at most ``timeout`` seconds) for cleanups that outlived their calls."""
+        """Wait (at most ``timeout`` seconds) for cleanups, and framed calls, that outlived
+        their calls and streams."""
+        if self._frame_calls:
+            await asyncio.wait(set(self._frame_calls), timeout=timeout)
         await self.service.drain(timeout)
 
     @property
     def running(self) -> int:
         """How many commands are running now."""
         return self.service.running
+
+
+async def _read_frames(carrier: StreamCarrier, session: FrameServer) -> None:
+    """Feed what the client sends to ``session`` until its end of input (or a broken read)."""
+    try:
+        while (data := await carrier.read()) is not None:
+            if carrier.is_closing():
+                return  # what comes after a protocol error, or after shutdown, is not read
+            session.data(data)
+    except (ConnectionError, grpc.aio.AioRpcError, asyncio.InvalidStateError) as exc:
+        log.info("Frames stream: %s; closing it", exc)
+        session.lost()
+        carrier.close()
+        return
+    session.eof()
 
 
 def _translate(method: Method) -> Callable[..., Any]:

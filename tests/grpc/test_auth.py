@@ -13,6 +13,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from opsbroker.v1 import broker_pb2 as pb
 from opsbroker.v1 import broker_pb2_grpc as pb_grpc
+from opsbroker.v1.sshframe import EndOfInput, FrameConnection, Request, Role
 
 from agent_side import connect
 from operations import InMemoryOperations, PermissionDenied, PolicyDenied, Unauthenticated
@@ -23,7 +24,8 @@ pytestmark = pytest.mark.anyio  # explicit, so that parametrized async tests col
 
 
 async def _attempt_everything(address: str, token: str | None) -> None:
-    """Call a read, a write, a mkdir and an exec directly; each must be refused."""
+    """Call a read, a write, a mkdir and an exec (as an RPC and framed) directly; each must be
+    refused."""
     metadata = (("authorization", f"Bearer {token}"),) if token is not None else ()
     async with grpc.aio.insecure_channel(address) as channel:
         stub = pb_grpc.BrokerStub(channel)  # type: ignore[no-untyped-call]
@@ -35,11 +37,23 @@ async def _attempt_everything(address: str, token: str | None) -> None:
             ),
             stub.Mkdir(pb.PathRequest(path="/workspace/dir"), metadata=metadata),
             _exec(stub, metadata),
+            _framed_exec(stub, metadata),
         ]
         for call in calls:
             with pytest.raises(grpc.aio.AioRpcError) as caught:
                 await call
             assert caught.value.code() is grpc.StatusCode.UNAUTHENTICATED
+
+
+async def _framed_exec(stub: object, metadata: tuple[tuple[str, str], ...]) -> None:
+    """An exec framed on a ``Frames`` stream, as the gRPC client sends it."""
+    frames = FrameConnection(Role.CLIENT)
+    request = pb.ExecRequest(command="touch x", cwd="/workspace", abort_id="a")
+    data = frames.send(Request("Run", request.SerializeToString())) + frames.send(EndOfInput())
+    call = stub.Frames(metadata=metadata)  # type: ignore[attr-defined]
+    await call.write(pb.FrameBytes(data=data))
+    await call.read()
+    await call
 
 
 async def _exec(stub: object, metadata: tuple[tuple[str, str], ...]) -> None:

@@ -13,7 +13,7 @@ from google.protobuf.message import Message
 from opsbroker.v1 import broker_pb2 as pb
 
 from broker import Broker
-from broker._frontends import _sshchannels
+from broker._frontends import _frames
 from broker._frontends._service import Service
 from broker._frontends.ssh import READ_CHUNK_BYTES
 from operations import Backend
@@ -72,13 +72,13 @@ async def test_a_read_over_ssh_takes_the_raw_path(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     framed: list[int] = []
-    chunk = _sshchannels._FrameSend.chunk
+    chunk = _frames._FrameSend.chunk
 
     def counted(self: Any, data: bytes) -> Any:
         framed.append(len(data))
         return chunk(self, data)
 
-    monkeypatch.setattr(_sshchannels._FrameSend, "chunk", counted)
+    monkeypatch.setattr(_frames._FrameSend, "chunk", counted)
     root = tmp_path / "root"
     root.mkdir()
     async with broker_over_ssh(tmp_path, str(root)) as (_, ops):

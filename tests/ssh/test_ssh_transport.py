@@ -229,7 +229,7 @@ async def test_cancelling_the_task_kills_the_tree_and_reuses_the_channel(
         with pytest.raises(asyncio.CancelledError):
             await task
         assert pids_with(mark) == []  # gone before the cancellation propagated
-        assert len(client._idle) == 1
+        assert len(client._frames._idle) == 1
         assert await client.exists(root)
 
 
@@ -489,7 +489,7 @@ async def test_long_lines_and_the_frame_limit(tmp_path: Path, dirs: tuple[str, s
         # Files travel in CHUNK_BYTES chunks, so the frame limit never matters for them...
         assert len(await client.read_file(f"{root}/long.txt")) == len(line) + 1
         # ...but one search match holds a whole line.
-        with pytest.raises(TooLarge, match="exceeds the SSH frame limit"):
+        with pytest.raises(TooLarge, match="exceeds the frame limit"):
             [m async for m in client.search("needle", root)]
         assert await client.exists(root)
     async with broker_over_ssh(tmp_path / "default", root) as (_, client):

@@ -179,6 +179,11 @@ class BrokerStub:
                 request_serializer=opsbroker_dot_v1_dot_broker__pb2.ProcessRequest.SerializeToString,
                 response_deserializer=opsbroker_dot_v1_dot_broker__pb2.ProcessInfo.FromString,
                 _registered_method=True)
+        self.Frames = channel.stream_stream(
+                '/opsbroker.v1.Broker/Frames',
+                request_serializer=opsbroker_dot_v1_dot_broker__pb2.FrameBytes.SerializeToString,
+                response_deserializer=opsbroker_dot_v1_dot_broker__pb2.FrameBytes.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -376,6 +381,18 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Frames(self, request_iterator, context):
+        """Any of the calls above, framed as on the SSH subsystem (opsbroker.v1.sshframe: REQUEST,
+        MESSAGE, END_OF_INPUT, CANCEL, END), one call at a time, on one long-lived stream: a client
+        keeps a few such streams open and reuses them, so a call costs a message pair instead of a
+        new RPC. Each FrameBytes carries the next bytes of the frame stream (frames may span
+        messages). The stream is authenticated once, when it opens; every call on it runs as that
+        principal, behind the same policy and audit as the RPC of the same name.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -523,6 +540,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.KillProcess,
                     request_deserializer=opsbroker_dot_v1_dot_broker__pb2.ProcessRequest.FromString,
                     response_serializer=opsbroker_dot_v1_dot_broker__pb2.ProcessInfo.SerializeToString,
+            ),
+            'Frames': grpc.stream_stream_rpc_method_handler(
+                    servicer.Frames,
+                    request_deserializer=opsbroker_dot_v1_dot_broker__pb2.FrameBytes.FromString,
+                    response_serializer=opsbroker_dot_v1_dot_broker__pb2.FrameBytes.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1308,6 +1330,33 @@ class Broker:
             '/opsbroker.v1.Broker/KillProcess',
             opsbroker_dot_v1_dot_broker__pb2.ProcessRequest.SerializeToString,
             opsbroker_dot_v1_dot_broker__pb2.ProcessInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Frames(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/opsbroker.v1.Broker/Frames',
+            opsbroker_dot_v1_dot_broker__pb2.FrameBytes.SerializeToString,
+            opsbroker_dot_v1_dot_broker__pb2.FrameBytes.FromString,
             options,
             channel_credentials,
             insecure,

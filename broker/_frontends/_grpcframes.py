@@ -1,0 +1,97 @@
+"""The gRPC ``Frames`` stream: the framed calls of the SSH subsystem, carried on one gRPC call.
+
+A client keeps a few such streams open and runs one call at a time on each, so a call costs a
+message pair on an open stream instead of a new RPC (its headers, its handler task, its status).
+:class:`StreamCarrier` moves the bytes; :class:`~._frames.FrameServer` serves the calls, exactly
+as on an SSH channel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Final
+
+import grpc.aio
+from opsbroker.v1 import broker_pb2 as pb
+
+from ._grpcwire import Undecodable
+
+__all__ = ["MAX_PIECE_BYTES", "StreamCarrier"]
+
+MAX_PIECE_BYTES: Final = 1024 * 1024
+"""Largest ``FrameBytes`` sent (frames longer than this span several messages)."""
+
+HIGH_WATER_BYTES: Final = 4 * MAX_PIECE_BYTES
+"""Bytes waiting to be written at which a call's sends wait: backpressure."""
+
+
+class StreamCarrier:
+    """The bytes of one ``Frames`` call: read in :meth:`read`, written by a task of its own."""
+
+    def __init__(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+        self._context = context
+        self._pending: list[bytes] = []
+        self._pending_bytes = 0
+        self._wake = asyncio.Event()
+        self._writable = asyncio.Event()
+        self._writable.set()
+        self._readable = asyncio.Event()
+        self._readable.set()
+        self.closed = asyncio.Event()
+        self.writer = asyncio.ensure_future(self._write_all())
+
+    async def read(self) -> bytes | None:
+        """The next bytes from the client; ``None`` at its end of input."""
+        await self._readable.wait()
+        message = await self._context.read()
+        if message is grpc.aio.EOF:
+            return None
+        if isinstance(message, Undecodable):
+            raise ConnectionError("a Frames message that is not FrameBytes")
+        assert isinstance(message, pb.FrameBytes)
+        return message.data
+
+    async def _write_all(self) -> None:
+        """Write what is queued, in order, until the carrier closes and the queue is empty."""
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._pending:
+                data = b"".join(self._pending)
+                self._pending.clear()
+                self._pending_bytes = 0
+                for start in range(0, len(data), MAX_PIECE_BYTES):
+                    await self._context.write(
+                        pb.FrameBytes(data=data[start : start + MAX_PIECE_BYTES])
+                    )
+            self._writable.set()
+            if self.closed.is_set():
+                return
+
+    # -- the Carrier protocol --
+
+    def write(self, data: bytes) -> None:
+        self._pending.append(data)
+        self._pending_bytes += len(data)
+        self._wake.set()
+        if self._pending_bytes >= HIGH_WATER_BYTES:
+            self._writable.clear()
+
+    def pause_reading(self) -> None:
+        self._readable.clear()
+
+    def resume_reading(self) -> None:
+        self._readable.set()
+
+    def close(self) -> None:
+        self.closed.set()
+        self._wake.set()
+        self._writable.set()
+
+    def is_closing(self) -> bool:
+        return self.closed.is_set()
+
+    async def drain(self) -> None:
+        await self._writable.wait()
+        if self.closed.is_set():
+            raise BrokenPipeError("the Frames stream is closed")

@@ -1,0 +1,225 @@
+"""The ``Frames`` stream: framed calls on pooled gRPC streams, as the gRPC client runs ``exec``.
+
+Checked here: execs reuse a few long-lived streams instead of one RPC each; a stream without a
+token is refused before anything runs; hostile bytes and unknown methods end defined; shutdown
+does not wait for idle streams; a broker that never reports is given up on after the timeout plus
+the grace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import grpc
+import grpc.aio
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from opsbroker.v1 import broker_pb2 as pb
+from opsbroker.v1 import broker_pb2_grpc as pb_grpc
+from opsbroker.v1.sshframe import (
+    NEED_DATA,
+    End,
+    EndOfInput,
+    FrameConnection,
+    Message,
+    Request,
+    Role,
+)
+
+from broker._frontends.grpc import BrokerServicer
+from operations import ExecResult, InMemoryOperations, Unavailable
+
+from ._harness import client, serving, token_of
+
+pytestmark = pytest.mark.anyio
+
+
+def _count_streams(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many ``Frames`` streams the broker opens, from now on (one list entry each)."""
+    opened: list[int] = []
+    served = BrokerServicer.Frames
+
+    async def counted(self: BrokerServicer, requests: object, context: Any) -> None:
+        opened.append(1)
+        await served(self, requests, context)
+
+    monkeypatch.setattr(BrokerServicer, "Frames", counted)
+    return opened
+
+
+async def test_execs_reuse_a_few_streams(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    opened = _count_streams(monkeypatch)
+    async with serving(tmp_path, None) as server, client(server) as ops:
+        out: list[bytes] = []
+        for i in range(20):
+            result = await ops.exec(f"echo {i}", ops.root, on_data=out.append)
+            assert result == ExecResult(0, None)
+        assert b"".join(out) == b"".join(f"{i}\n".encode() for i in range(20))
+        assert len(opened) == 1  # one stream carried all twenty, one after the other
+        results = await asyncio.gather(
+            *(ops.exec("sleep 0.2", ops.root, on_data=lambda _: None) for _ in range(4))
+        )
+        assert results == [ExecResult(0, None)] * 4
+        assert len(opened) <= 4  # four at once need four streams, the idle one among them
+
+
+@asynccontextmanager
+async def _raw_frames(address: str, token: str | None) -> AsyncIterator[Any]:
+    metadata = (("authorization", f"Bearer {token}"),) if token is not None else ()
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = pb_grpc.BrokerStub(channel)  # type: ignore[no-untyped-call]
+        yield stub.Frames(metadata=metadata, timeout=10)
+
+
+async def _events(call: Any, frames: FrameConnection) -> list[object]:
+    """Every frame the broker sends until it sends END (or ends the stream)."""
+    events: list[object] = []
+    while True:
+        message = await call.read()
+        if message is grpc.aio.EOF:
+            return events
+        frames.receive_data(message.data)
+        while (event := frames.next_event()) is not NEED_DATA:
+            events.append(event)
+            if isinstance(event, End):
+                return events
+
+
+def _run_request(frames: FrameConnection, command: str) -> pb.FrameBytes:
+    request = pb.ExecRequest(command=command, cwd="/w", abort_id="a")
+    data = frames.send(Request("Run", request.SerializeToString())) + frames.send(EndOfInput())
+    return pb.FrameBytes(data=data)
+
+
+@pytest.mark.parametrize("token", [None, "wrong-token"])
+async def test_a_stream_without_a_valid_token_runs_nothing(
+    tmp_path: Path, token: str | None
+) -> None:
+    memory = InMemoryOperations(root="/w")
+    async with serving(tmp_path, memory) as server, _raw_frames(server.addresses[0], token) as call:
+        await call.write(_run_request(FrameConnection(Role.CLIENT), "touch x"))
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await call.read()
+        assert caught.value.code() is grpc.StatusCode.UNAUTHENTICATED
+    assert memory.commands.history == []
+
+
+async def test_calls_on_one_stream_run_in_turn_as_the_streams_principal(tmp_path: Path) -> None:
+    memory = InMemoryOperations(root="/w")
+    memory.commands.register(lambda command: True, output="ran\n")
+    async with (
+        serving(tmp_path, memory) as server,
+        _raw_frames(server.addresses[0], token_of(server)) as call,
+    ):
+        frames = FrameConnection(Role.CLIENT)
+        for _ in range(3):
+            await call.write(_run_request(frames, "anything"))
+            events = await _events(call, frames)
+            assert isinstance(events[-1], End) and events[-1].ok
+            assert all(isinstance(e, Message) for e in events[:-1])
+            replies = [pb.ExecEvent.FromString(e.message) for e in events[:-1]]  # type: ignore[attr-defined]
+            assert [r.WhichOneof("event") for r in replies] == ["output", "exit"]
+            frames.start_next_call()
+        # an unknown method is answered, and the stream still serves
+        await call.write(
+            pb.FrameBytes(data=frames.send(Request("Nope", b"")) + frames.send(EndOfInput()))
+        )
+        (end,) = await _events(call, frames)
+        assert isinstance(end, End)
+        assert pb.ErrorDetail.FromString(end.error).code == "invalid_argument"
+    assert memory.commands.history == ["anything"] * 3
+
+
+@pytest.fixture(scope="module")
+async def memory_server(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Any]:
+    memory = InMemoryOperations(root="/w")
+    memory.commands.register(lambda command: True, output="ran\n")
+    async with serving(tmp_path_factory.mktemp("frames"), memory) as server:
+        yield server
+
+
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(pieces=st.lists(st.binary(max_size=200), min_size=1, max_size=4))
+async def test_hostile_bytes_end_the_stream_and_the_broker_serves_on(
+    memory_server: Any, pieces: list[bytes]
+) -> None:
+    server = memory_server
+    async with _raw_frames(server.addresses[0], token_of(server)) as call:
+        raced = False  # a write that meets the ended stream gets grpc's own INTERNAL
+        for piece in pieces:
+            if call.done():
+                break
+            try:
+                await call.write(pb.FrameBytes(data=piece))
+            except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
+                raced = True
+                break
+        if not call.done():
+            with contextlib.suppress(grpc.aio.AioRpcError, asyncio.InvalidStateError):
+                await call.done_writing()
+        code, details = await call.code(), await call.details()
+        if not (raced and code is grpc.StatusCode.INTERNAL):
+            assert code in (grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT), (code, details)
+            if code is grpc.StatusCode.INVALID_ARGUMENT:
+                assert details.startswith("Frames: ")
+    async with client(server) as ops:
+        assert await ops.exec("echo", "/w", on_data=lambda _: None) == ExecResult(0, None)
+
+
+async def test_shutdown_does_not_wait_for_idle_streams(tmp_path: Path) -> None:
+    async with serving(tmp_path, None, shutdown_grace=10.0) as server, client(server) as ops:
+        assert await ops.exec("true", ops.root, on_data=lambda _: None) == ExecResult(0, None)
+        started = time.monotonic()
+        await server.stop()
+        assert time.monotonic() - started < 3.0  # not the 10 s grace
+        with pytest.raises(Unavailable):
+            await asyncio.wait_for(ops.exec("true", ops.root, on_data=lambda _: None), 10)
+
+
+class _Silent(InMemoryOperations):
+    """An exec that never reports (until ``release``), whatever its timeout says."""
+
+    def __init__(self) -> None:
+        super().__init__(root="/w")
+        self.release = asyncio.Event()
+
+    async def exec(self, command: str, cwd: str, **_: object) -> ExecResult:
+        await self.release.wait()
+        return ExecResult(0, None)
+
+
+async def test_a_broker_that_never_reports_is_given_up_after_timeout_and_grace(
+    tmp_path: Path,
+) -> None:
+    backend = _Silent()
+    async with serving(tmp_path, backend) as server:
+        try:
+            async with client(server, exec_grace=0.3) as ops:
+                started = time.monotonic()
+                with pytest.raises(Unavailable, match=r"did not report within the 0\.2 s timeout"):
+                    await ops.exec("x", "/w", on_data=lambda _: None, timeout=0.2)
+                assert 0.45 <= time.monotonic() - started < 3.0
+                assert await ops.exists("/w")  # the connection still serves
+        finally:
+            backend.release.set()
+
+
+async def test_a_malformed_frame_is_answered_invalid_argument(memory_server: Any) -> None:
+    server = memory_server
+    async with _raw_frames(server.addresses[0], token_of(server)) as call:
+        await call.write(pb.FrameBytes(data=b"\xff\xff\xff\xff\x01"))  # a 4 GiB frame
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await call.read()
+    assert caught.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert "frame too large" in (caught.value.details() or "")
