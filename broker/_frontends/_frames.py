@@ -59,8 +59,9 @@ _CHUNK_FIELD: Final = pb.Chunk.DESCRIPTOR.fields_by_name["data"].number
 class Carrier(Protocol):
     """What moves a :class:`FrameServer`'s bytes: an SSH channel, a gRPC stream."""
 
-    def write(self, data: bytes) -> None:
-        """Queue ``data`` to be sent, in order (never blocks)."""
+    def writelines(self, parts: list[bytes]) -> None:
+        """Queue ``b"".join(parts)`` to be sent, in order (never blocks; ``parts`` is the
+        carrier's from now on)."""
 
     def pause_reading(self) -> None: ...
 
@@ -209,10 +210,9 @@ class FrameServer:
             self._flush()
 
     def _flush(self) -> None:
-        if self._pending and not self.carrier.is_closing():
-            self.carrier.write(b"".join(self._pending))
-        self._pending.clear()
-        self._pending_bytes = 0
+        pending, self._pending, self._pending_bytes = self._pending, [], 0
+        if pending and not self.carrier.is_closing():
+            self.carrier.writelines(pending)
 
     async def send(self, message: ProtoMessage) -> None:
         payload = message.SerializeToString()

@@ -13,20 +13,31 @@ from typing import Any, Final
 
 import grpc.aio
 from opsbroker.v1 import broker_pb2 as pb
+from opsbroker.v1.sshframe import bytes_field_prefix
 
-from ._grpcwire import Undecodable
+from ._grpcwire import SERVICE_NAME, Undecodable
 
-__all__ = ["MAX_PIECE_BYTES", "StreamCarrier"]
+__all__ = ["FRAMES_METHOD", "MAX_PIECE_BYTES", "StreamCarrier"]
 
-MAX_PIECE_BYTES: Final = 1024 * 1024
-"""Largest ``FrameBytes`` sent (frames longer than this span several messages)."""
+FRAMES_METHOD: Final = f"/{SERVICE_NAME}/Frames"
+"""The full name of the ``Frames`` method: its replies are written pre-serialized (below)."""
 
-HIGH_WATER_BYTES: Final = 4 * MAX_PIECE_BYTES
+_DATA_FIELD: Final = pb.FrameBytes.DESCRIPTOR.fields_by_name["data"].number
+
+MAX_PIECE_BYTES: Final = 4 * 1024 * 1024
+"""Largest ``FrameBytes`` sent (longer frames span several): above the largest output event
+(1 MiB and its frame's header), which therefore always leaves in one message."""
+
+HIGH_WATER_BYTES: Final = 2 * MAX_PIECE_BYTES
 """Bytes waiting to be written at which a call's sends wait: backpressure."""
 
 
 class StreamCarrier:
-    """The bytes of one ``Frames`` call: read in :meth:`read`, written by a task of its own."""
+    """The bytes of one ``Frames`` call: read in :meth:`read`, written by a task of its own.
+
+    Replies leave as serialized ``FrameBytes`` built here, the field's tag and length joined with
+    the queued frame bytes in one copy (the method's response serializer is the identity), never
+    as a message built and serialized (two more copies of every byte of command output)."""
 
     def __init__(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
         self._context = context
@@ -57,22 +68,26 @@ class StreamCarrier:
             await self._wake.wait()
             self._wake.clear()
             while self._pending:
-                data = b"".join(self._pending)
-                self._pending.clear()
-                self._pending_bytes = 0
-                for start in range(0, len(data), MAX_PIECE_BYTES):
+                pending, size = self._pending, self._pending_bytes
+                self._pending, self._pending_bytes = [], 0
+                if size <= MAX_PIECE_BYTES:
                     await self._context.write(
-                        pb.FrameBytes(data=data[start : start + MAX_PIECE_BYTES])
+                        b"".join([bytes_field_prefix(_DATA_FIELD, size), *pending])
                     )
+                    continue
+                data = b"".join(pending)
+                for start in range(0, size, MAX_PIECE_BYTES):
+                    piece = data[start : start + MAX_PIECE_BYTES]
+                    await self._context.write(bytes_field_prefix(_DATA_FIELD, len(piece)) + piece)
             self._writable.set()
             if self.closed.is_set():
                 return
 
     # -- the Carrier protocol --
 
-    def write(self, data: bytes) -> None:
-        self._pending.append(data)
-        self._pending_bytes += len(data)
+    def writelines(self, parts: list[bytes]) -> None:
+        self._pending.extend(parts)
+        self._pending_bytes += sum(map(len, parts))
         self._wake.set()
         if self._pending_bytes >= HIGH_WATER_BYTES:
             self._writable.clear()

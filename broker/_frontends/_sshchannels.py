@@ -432,8 +432,8 @@ class FrameChannel(_Kind):
 
     # -- the carrier --
 
-    def write(self, data: bytes) -> None:
-        self.chan.write(data)
+    def writelines(self, parts: list[bytes]) -> None:
+        self.chan.writelines(parts)
 
     def pause_reading(self) -> None:
         self.chan.pause_reading()
