@@ -58,12 +58,19 @@ class StreamCarrier:
         if message is grpc.aio.EOF:
             return None
         if isinstance(message, Undecodable):
-            raise ConnectionError("a Frames message that is not FrameBytes")
+            raise ValueError("a message that is not FrameBytes")
         assert isinstance(message, pb.FrameBytes)
         return message.data
 
     async def _write_all(self) -> None:
-        """Write what is queued, in order, until the carrier closes and the queue is empty."""
+        """Write what is queued, in order, until the carrier closes and the queue is empty (or a
+        write fails: the client is gone, and the carrier closes)."""
+        try:
+            await self._write_queued()
+        except Exception:
+            self.close()
+
+    async def _write_queued(self) -> None:
         while True:
             await self._wake.wait()
             self._wake.clear()

@@ -195,7 +195,12 @@ async def _read_frames(carrier: StreamCarrier, session: FrameServer) -> None:
             if carrier.is_closing():
                 return  # what comes after a protocol error, or after shutdown, is not read
             session.data(data)
-    except (ConnectionError, grpc.aio.AioRpcError, asyncio.InvalidStateError) as exc:
+    except ValueError as exc:
+        session.protocol_error = str(exc)
+        session.lost()
+        carrier.close()
+        return
+    except (grpc.aio.AioRpcError, asyncio.InvalidStateError) as exc:
         log.info("Frames stream: %s; closing it", exc)
         session.lost()
         carrier.close()

@@ -223,3 +223,17 @@ async def test_a_malformed_frame_is_answered_invalid_argument(memory_server: Any
             await call.read()
     assert caught.value.code() is grpc.StatusCode.INVALID_ARGUMENT
     assert "frame too large" in (caught.value.details() or "")
+
+
+async def test_a_message_that_is_not_frame_bytes_is_answered_invalid_argument(
+    memory_server: Any,
+) -> None:
+    server = memory_server
+    metadata = (("authorization", f"Bearer {token_of(server)}"),)
+    async with grpc.aio.insecure_channel(server.addresses[0]) as channel:
+        call = channel.stream_stream("/opsbroker.v1.Broker/Frames")(metadata=metadata, timeout=10)
+        await call.write(b"\x0a\xff")  # field 1, its length cut short
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await call.read()
+    assert caught.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert "not FrameBytes" in (caught.value.details() or "")
