@@ -713,15 +713,14 @@ class _FramesCall(FrameStream):
 
     def error(self, exc: BaseException, op: str, path: str | None) -> OpsError:
         if isinstance(exc, grpc.aio.AioRpcError):
-            error = _error(exc, op, path)
             if exc.code() is grpc.StatusCode.UNIMPLEMENTED:
                 return Unavailable(
                     op,
                     path,
-                    "the broker does not offer Frames, which this client needs "
-                    "for exec: upgrade the broker",
+                    "the broker does not offer Frames, which this client needs for exec: "
+                    "upgrade the broker",
                 )
-            return error
+            return _error(exc, op, path)
         return super().error(exc, op, path)
 
     def write(self, data: bytes) -> None:

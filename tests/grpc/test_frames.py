@@ -33,6 +33,7 @@ from opsbroker.v1.sshframe import (
     Role,
 )
 
+from agent_side import connect
 from broker._frontends.grpc import BrokerServicer
 from operations import ExecResult, InMemoryOperations, Unavailable
 
@@ -237,3 +238,25 @@ async def test_a_message_that_is_not_frame_bytes_is_answered_invalid_argument(
             await call.read()
     assert caught.value.code() is grpc.StatusCode.INVALID_ARGUMENT
     assert "not FrameBytes" in (caught.value.details() or "")
+
+
+async def test_a_broker_without_frames_is_named_as_the_reason() -> None:
+    """A broker that answers Capabilities but has no Frames method (an older one): exec fails
+    with Unavailable saying so, and nothing hangs."""
+
+    async def capabilities(request: bytes, context: Any) -> bytes:
+        return pb.CapabilitiesReply(version="0", root="/w").SerializeToString()
+
+    handlers = {"Capabilities": grpc.unary_unary_rpc_method_handler(capabilities)}
+    server = grpc.aio.server()
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler("opsbroker.v1.Broker", handlers),)
+    )
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        async with connect(f"grpc://127.0.0.1:{port}", token="t") as ops:
+            with pytest.raises(Unavailable, match="does not offer Frames"):
+                await asyncio.wait_for(ops.exec("true", "/w", on_data=lambda _: None), 10)
+    finally:
+        await server.stop(None)
