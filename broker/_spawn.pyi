@@ -38,3 +38,10 @@ def clone3_status() -> Literal["untried", "works", "refused", "disabled"]:
 
 def set_clone3_enabled(enabled: bool) -> None:
     """Use (or stop using) clone3; enabling tries the kernel again. For tests and diagnosis."""
+
+def shared_table_status() -> Literal["untried", "works", "refused", "unavailable"]:
+    """Whether clone3 children share the broker's descriptor table and unshare only the few
+    descriptors they need (so a spawn costs the same however many the broker holds):
+    ``untried``, ``works``, ``refused`` (a kernel before 5.9, without ``CLOSE_RANGE_UNSHARE``:
+    each child copies the whole table) or ``unavailable`` (the low descriptors it needs were
+    taken at import)."""

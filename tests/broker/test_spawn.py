@@ -328,6 +328,39 @@ def _start(group_fd: int, argv: list[bytes], **kwargs: int) -> tuple[int, bytes]
                 os.close(fd)
 
 
+def test_a_clone3_child_copies_none_of_the_brokers_many_descriptors(
+    command_cgroup: CommandCgroup, tmp_path: Path
+) -> None:
+    """A clone3 child shares the broker's descriptor table and unshares only the few it needs:
+    1,500 inheritable descriptors the broker holds reach neither the command nor disturb the
+    broker's own (each still names what it did), and the child's pipe is not held open here."""
+    marker = tmp_path / "held"
+    marker.write_bytes(b"")
+    held = [os.open(marker, os.O_RDONLY) for _ in range(1500)]
+    for fd in held:
+        os.set_inheritable(fd, True)
+    group_fd = os.open(command_cgroup.path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        before = _vmsize_kb_and_fds()[1]
+        for _ in range(20):
+            status, out = _start(group_fd, [b"/bin/ls", b"/proc/self/fd"])
+            assert status == 0
+            assert sorted(int(fd) for fd in out.split()) == [0, 1, 2, 3]  # 3: ls's own
+        assert _vmsize_kb_and_fds()[1] == before
+        assert all(os.readlink(f"/proc/self/fd/{fd}") == str(marker) for fd in held)
+    finally:
+        os.close(group_fd)
+        for fd in held:
+            os.close(fd)
+    if _spawn.clone3_status() == "works" and _kernel_at_least(5, 9):
+        assert _spawn.shared_table_status() == "works"
+
+
+def _kernel_at_least(major: int, minor: int) -> bool:
+    release = tuple(int(x) for x in platform.release().split(".")[:2] if x.isdigit())
+    return release >= (major, minor)
+
+
 @pytest.mark.parametrize("flags", [os.O_PATH, os.O_RDONLY], ids=["O_PATH", "O_RDONLY"])
 def test_the_extension_enters_the_group_by_its_directory(
     spawn_path: str, command_cgroup: CommandCgroup, flags: int
