@@ -13,6 +13,9 @@
  * at fork, which spares the write to cgroup.procs (the threadgroup rwsem taken for writing, some
  * 200-250 us during which vfork keeps the broker's event loop suspended). Where the arch has no
  * trampoline below or the kernel refuses the flags, it falls back to vfork + write, once for all.
+ * That child also shares the broker's descriptor table (CLONE_FILES) and unshares only the few
+ * low descriptors it needs (the slots below), so a spawn costs the same however many descriptors
+ * the broker holds.
  *
  * This replaces "sh -c 'echo 0 > cgroup.procs && exec ...'" (an extra exec per command) and the
  * short-lived thread that entered the Landlock domain before spawning. See broker/_process.py.
