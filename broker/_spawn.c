@@ -293,12 +293,10 @@ static void give_stack(char *stack)
     munmap(stack - page, CHILD_STACK_SIZE + page);
 }
 
-/* Open the slots (lowest free descriptors, on /dev/null); 0 if they are usable. At import (when
-   few descriptors are open, so the slots are low), else under slot_lock. */
-static int open_slots(void)
+/* Open the slots (lowest free descriptors, on /dev/null), once, at import: few descriptors are
+   open then, so the slots are low. Left unopened (-1) when they would not be. */
+static void open_slots(void)
 {
-    if (slot_fds[SLOTS] >= 0)
-        return 0;
     for (int i = 0; i <= SLOTS; i++) {
         slot_fds[i] = open("/dev/null", O_RDONLY | O_CLOEXEC);
         if (slot_fds[i] < 0 || slot_fds[i] > MAX_SLOT_FD) {
@@ -306,10 +304,9 @@ static int open_slots(void)
                 if (slot_fds[j] >= 0)
                     close(slot_fds[j]);
             memset(slot_fds, -1, sizeof slot_fds);
-            return -1;
+            return;
         }
     }
-    return 0;
 }
 
 /* Point the slots at the child's descriptors, and `b` (a copy of `a`) at the slots. Under
@@ -351,9 +348,10 @@ static long spawn_clone3(struct spawn_args *a, int cgroup_dir_fd, int *shared)
         return -errno;
     struct spawn_args b;
     const struct spawn_args *run = a;
-    int locked = __atomic_load_n(&unshare_state, __ATOMIC_RELAXED) != UNSHARE_REFUSED &&
+    int locked = slot_fds[SLOTS] >= 0 && /* opened at import, or never */
+                 __atomic_load_n(&unshare_state, __ATOMIC_RELAXED) != UNSHARE_REFUSED &&
                  pthread_mutex_trylock(&slot_lock) == 0;
-    if (locked && open_slots() == 0 && fill_slots(a, &b) == 0)
+    if (locked && fill_slots(a, &b) == 0)
         run = &b;
     else if (locked)
         clear_slots();
@@ -562,18 +560,18 @@ again:;
         n = read(errpipe[0], &r, sizeof r);
     } while (n < 0 && errno == EINTR);
     close(errpipe[0]);
+    /* A kernel without CLOSE_RANGE_UNSHARE: the child ran nothing; it runs again, with a table
+       of its own, as every child from now on. */
+    int refused = n == (ssize_t)sizeof r && r.step == STEP_UNSHARE && r.err == EINVAL;
+    if (shared)
+        __atomic_store_n(&unshare_state, refused ? UNSHARE_REFUSED : UNSHARE_WORKS,
+                         __ATOMIC_RELAXED);
     if (n == (ssize_t)sizeof r) {
         int status;
         while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
             ;
-        if (r.step == STEP_UNSHARE && shared && r.err == EINVAL) {
-            /* A kernel without CLOSE_RANGE_UNSHARE: the child ran nothing; run it again with a
-               table of its own, as from now on. */
-            __atomic_store_n(&unshare_state, UNSHARE_REFUSED, __ATOMIC_RELAXED);
+        if (refused && shared)
             goto again;
-        }
-        if (shared)
-            __atomic_store_n(&unshare_state, UNSHARE_WORKS, __ATOMIC_RELAXED);
         int step = r.step > 0 && r.step <= STEP_UNSHARE ? r.step : STEP_EXEC;
         PyObject *exc_args = Py_BuildValue("(iss)", r.err, strerror(r.err), step_names[step]);
         if (exc_args != NULL) {
@@ -582,8 +580,6 @@ again:;
         }
         goto done;
     }
-    if (shared)
-        __atomic_store_n(&unshare_state, UNSHARE_WORKS, __ATOMIC_RELAXED);
     result = PyLong_FromLong((long)pid);
 
 done:
@@ -654,6 +650,6 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__spawn(void)
 {
-    open_slots(); /* now, while the lowest descriptors are free; a failure only costs speed */
+    open_slots(); /* now, while the lowest descriptors are free; without them, only speed is lost */
     return PyModule_Create(&module);
 }

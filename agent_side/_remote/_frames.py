@@ -119,9 +119,12 @@ class FrameStream:
         return Unavailable(op, path, f"{self.what} to the broker lost: {exc}")
 
     def write(self, data: bytes) -> None:
+        """Send ``data``, in order, without blocking (the transport's part)."""
         raise NotImplementedError
 
     def close(self) -> None:
+        """Close the stream; the broker cancels a call still running on it (the transport's
+        part)."""
         raise NotImplementedError
 
 
@@ -134,6 +137,7 @@ class FrameCall:
         self.path = path
         self.grace = grace
         self.ended = False
+        self.gave_up = False  # an abort the broker did not confirm in time cut the stream
 
     async def send(self, message: ProtoMessage) -> None:
         await self.send_message([message.SerializeToString()])
@@ -310,8 +314,7 @@ class FrameClient:
         timeout = start.timeout if start.HasField("timeout") else None
         result: ExecResult | None = None
         async with self.call("Run", start, cwd) as call:
-            aborted: list[bool] = []
-            remove = self._on_abort(signal, start.abort_id, call, aborted)
+            remove = self._on_abort(signal, start.abort_id, call)
             try:
                 async with asyncio.timeout(None if timeout is None else timeout + self.grace):
                     while (data := await call.receive()) is not None:
@@ -337,7 +340,7 @@ class FrameClient:
                     f"the broker did not report within the {timeout} s timeout plus {self.grace} s",
                 ) from None
             except OpsError:
-                if aborted:  # the broker did not confirm the abort in time
+                if call.gave_up:  # the broker did not confirm the abort in time
                     return ExecResult(None, KillReason.ABORTED)
                 raise
             finally:
@@ -347,7 +350,7 @@ class FrameClient:
         return result
 
     def _on_abort(
-        self, signal: AbortSignal | None, abort_id: str, call: FrameCall, aborted: list[bool]
+        self, signal: AbortSignal | None, abort_id: str, call: FrameCall
     ) -> Callable[[], None]:
         """Send ``AbortRun(abort_id)`` when ``signal`` aborts, and give the broker ``grace``
         seconds to end ``call``; returns the un-listen function. A failed AbortRun is ignored:
@@ -364,7 +367,7 @@ class FrameClient:
 
         def give_up() -> None:
             if not call.ended:
-                aborted.append(True)
+                call.gave_up = True
                 call.stream.fail(ConnectionAbortedError("the broker did not confirm the abort"))
                 call.stream.close()
 

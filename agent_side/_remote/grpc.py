@@ -691,9 +691,7 @@ class _FramesCall(FrameStream):
         try:
             async for message in self._call:
                 self.received(message.data)
-        except grpc.aio.AioRpcError as exc:
-            self.fail(exc)
-        except Exception as exc:  # e.g. a broken channel
+        except Exception as exc:  # the call's status (AioRpcError), or a broken channel
             self.fail(exc)
         else:
             self.fail(ConnectionResetError("the broker ended the stream"))

@@ -195,13 +195,11 @@ async def _read_frames(carrier: StreamCarrier, session: FrameServer) -> None:
             if carrier.is_closing():
                 return  # what comes after a protocol error, or after shutdown, is not read
             session.data(data)
-    except ValueError as exc:
-        session.protocol_error = str(exc)
-        session.lost()
-        carrier.close()
-        return
-    except (grpc.aio.AioRpcError, asyncio.InvalidStateError) as exc:
-        log.info("Frames stream: %s; closing it", exc)
+    except (ValueError, grpc.aio.AioRpcError, asyncio.InvalidStateError) as exc:
+        if isinstance(exc, ValueError):  # not FrameBytes: answered INVALID_ARGUMENT
+            session.protocol_error = str(exc)
+        else:
+            log.info("Frames stream: %s; closing it", exc)
         session.lost()
         carrier.close()
         return
