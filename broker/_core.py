@@ -667,15 +667,11 @@ class Broker:
 
     def _open_cwd(self, op: str, cwd: str, gate: Gate | None) -> tuple[int, str]:
         """A command's working directory opened beneath the root (asking ``gate.read``), and
-        the path it really is (for error messages)."""
+        its name (errors name the directory the fd holds: see ``ProcessManager.exec``)."""
         try:
-            cwd_fd = self._root.open_dir(op, cwd, gate and gate.read)
+            return self._root.open_dir(op, cwd, gate and gate.read), cwd
         except (NotFound, NotADirectory) as exc:
             raise type(exc)(op, cwd, f"working directory: {exc.reason}") from None
-        try:
-            return cwd_fd, os.readlink(f"/proc/self/fd/{cwd_fd}")
-        except OSError:
-            return cwd_fd, cwd
 
     def _process_manager(self, op: str) -> ProcessManager:
         """The process manager commands run through (from now on, :meth:`use_sandbox` refuses

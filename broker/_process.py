@@ -42,13 +42,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import functools
 import inspect
+import itertools
 import logging
 import os
 import signal as _signal
 import struct
 import termios
-import uuid
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -333,13 +334,28 @@ def _encode_env(env: Mapping[str, str]) -> list[bytes]:
     return out
 
 
-def _executables(program: str, env: Mapping[str, str]) -> list[bytes]:
+def _executables(program: str, env: Mapping[str, str]) -> tuple[bytes, ...]:
     """Where to look for ``program``: itself if it has a ``/``, else each ``PATH`` entry of the
     command's environment, as ``execvpe`` and ``subprocess`` do."""
+    return _candidates(program, env.get("PATH"))
+
+
+@functools.lru_cache(maxsize=64)
+def _candidates(program: str, path: str | None) -> tuple[bytes, ...]:
+    """:func:`_executables` for one ``PATH`` (few distinct ones: every command runs bash)."""
     name = os.fsencode(program)
     if b"/" in name:
-        return [name]
-    return [os.path.join(os.fsencode(d or "."), name) for d in os.get_exec_path(dict(env))]
+        return (name,)
+    env = {} if path is None else {"PATH": path}
+    return tuple(os.path.join(os.fsencode(d or "."), name) for d in os.get_exec_path(env))
+
+
+def _fd_path(fd: int, default: str) -> str:
+    """The path the kernel names for what ``fd`` holds (``default`` if it names none)."""
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return default
 
 
 def _spawn_error(e: BaseException, argv: Sequence[str], cwd: str) -> BaseException:
@@ -438,6 +454,7 @@ class ProcessManager:
         self._pids_max = pids_max
         self._memory_max = memory_max
         self._runs: set[_Run] = set()
+        self._command_ids = itertools.count(1)  # a cookie's last part (its prefix is random)
         self._null_fd = -1
         self._closing = False
         self._pidfd = has_pidfd()
@@ -491,7 +508,7 @@ class ProcessManager:
         Args:
             argv: the program and its arguments (see :mod:`broker._shell` for shells).
             cwd_fd: an open directory fd to start in (``fchdir`` in the child, race-free); when
-                given, ``cwd`` only names it in errors.
+                given, errors name the directory it holds (``cwd`` if the kernel names none).
             cwd: the working directory (used as a path only when ``cwd_fd`` is ``None``).
             on_data: receives output bytes as they arrive; an awaitable result is awaited.
             signal: aborting it kills the tree; the result says why (``signal.kill_reason``:
@@ -621,7 +638,7 @@ class ProcessManager:
         """
         if _native is None:
             raise Unavailable("exec", None, NATIVE_MISSING)
-        cookie = self._tracker.cookie_prefix + uuid.uuid4().hex
+        cookie = f"{self._tracker.cookie_prefix}{next(self._command_ids):x}"
         child_env = dict(MINIMAL_ENV if env is None else env)
         child_env.update(self._sandbox_env)  # the only temp dir a sandboxed command can write
         child_env[COOKIE_VAR] = cookie
@@ -653,7 +670,8 @@ class ProcessManager:
             stdio.close_parent()
             if tree is not None:
                 tree.discard()
-            raise _spawn_error(e, argv, cwd) from e
+            name = cwd if cwd_fd is None or cwd_fd in opened else _fd_path(cwd_fd, cwd)
+            raise _spawn_error(e, argv, name) from e
         finally:
             stdio.close_child()
             for fd in opened:
@@ -679,7 +697,9 @@ class ProcessManager:
     async def _supervise(self, run: _Run, readers: Sequence[tuple[int, OnData]]) -> ExecResult:
         # One task (the pump, which awaits ``on_data``); the exit and the kill are futures that
         # callbacks complete, so a command costs few event-loop turns.
-        pump = asyncio.create_task(self._pump_all(run, readers))
+        pump = asyncio.create_task(
+            self._pump(run, *readers[0]) if len(readers) == 1 else self._pump_all(run, readers)
+        )
         exited = self._watch_exit(run)
         error: BaseException | None = None
         cancelled = False
@@ -718,8 +738,7 @@ class ProcessManager:
         loop = asyncio.get_running_loop()
         killed = run.killed
         while not exited.done() and not killed.done():
-            waiters = (exited, killed) if pump.done() else (exited, killed, pump)
-            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+            await _first((exited, killed) if pump.done() else (exited, killed, pump))
             if pump.done():
                 pump.result()  # on_data raised: propagate (the caller kills the tree)
         if run.kill_reason is not None:
@@ -734,9 +753,6 @@ class ProcessManager:
             pump.result()
 
     async def _pump_all(self, run: _Run, readers: Sequence[tuple[int, OnData]]) -> None:
-        if len(readers) == 1:
-            await self._pump(run, *readers[0])
-            return
         await asyncio.gather(*(self._pump(run, fd, on_data) for fd, on_data in readers))
 
     async def _pump(self, run: _Run, fd: int, on_data: OnData) -> None:
@@ -834,6 +850,24 @@ class ProcessManager:
                     tree.members(),
                 )
                 return
+
+
+async def _first(futures: Sequence[asyncio.Future[Any]]) -> None:
+    """Return once one of ``futures`` is done: ``asyncio.wait(..., FIRST_COMPLETED)`` without
+    its sets and wrappers, which cost a command more than the wait itself."""
+    waiter = asyncio.get_running_loop().create_future()
+
+    def wake(_: object) -> None:
+        if not waiter.done():
+            waiter.set_result(None)
+
+    for future in futures:
+        future.add_done_callback(wake)
+    try:
+        await waiter
+    finally:
+        for future in futures:
+            future.remove_done_callback(wake)
 
 
 async def _wait_empty(tree: Tree, within: float) -> bool:
