@@ -56,6 +56,7 @@ _OUTPUT_FIELD: Final = pb.ExecEvent.DESCRIPTOR.fields_by_name["output"].number
 METHOD_OPS: Final[dict[str, str]] = {
     "Capabilities": "connect",
     "ReadFile": "read_file",
+    "ReadSmallFile": "read_file",
     "Access": "access",
     "DetectImageMimeType": "detect_image_mime_type",
     "WriteFile": "write_file",
@@ -138,6 +139,7 @@ class FrameCall:
         self.grace = grace
         self.ended = False
         self.gave_up = False  # an abort the broker did not confirm in time cut the stream
+        self.failure: BaseException | None = None  # why the stream failed under the call
 
     async def send(self, message: ProtoMessage) -> None:
         await self.send_message([message.SerializeToString()])
@@ -166,6 +168,7 @@ class FrameCall:
         event = await self.stream.events.get()
         if isinstance(event, BaseException):
             self.ended = True
+            self.failure = event
             raise self.stream.error(event, self.op, self.path)
         if isinstance(event, Message):
             return event.message

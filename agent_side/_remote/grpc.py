@@ -13,9 +13,11 @@ only read are retried when the broker was unreachable, if it answers again withi
 ``reconnect_wait``, not ``call_timeout``; one that stops answering (a frozen process, a host
 gone) is noticed by keepalive pings within ``KEEPALIVE_TIME_MS + KEEPALIVE_TIMEOUT_MS``.
 
-``exec`` runs on the broker's ``Frames`` stream, as over SSH (:class:`~._frames.FrameClient`):
-a few long-lived streams are kept open and each carries one command at a time, so a command
-costs a message pair instead of a new RPC. Every other call is an RPC of its own.
+Calls run on the broker's ``Frames`` stream, as over SSH (:class:`~._frames.FrameClient`): a
+few long-lived streams are kept open and each carries one call at a time, so a call costs a
+message pair instead of a new RPC (its headers, its handler task, its status). Only the first
+contact (``Capabilities``), uploads of more than one chunk and the calls on processes that
+outlive a call are RPCs of their own.
 
 **Cancellation:** cancelling the awaiting task cancels the RPC, and the broker stops the work.
 For ``exec``, cancelling the task (or aborting its signal) first asks the broker to kill the tree
@@ -42,6 +44,7 @@ from typing import Any, Self, TypeVar
 
 import grpc
 import grpc.aio
+from google.protobuf.message import Message as ProtoMessage
 from opsbroker.v1 import broker_pb2 as pb
 from opsbroker.v1 import broker_pb2_grpc as pb_grpc
 from opsbroker.v1.codec import (
@@ -78,7 +81,7 @@ from operations import (
     check_mode,
 )
 
-from ._frames import FrameClient, FrameStream
+from ._frames import FrameCall, FrameClient, FrameStream
 from .processes import OPS, RemoteProcesses
 
 __all__ = ["CALL_TIMEOUT", "EXEC_GRACE", "GrpcBackend", "open_from_url"]
@@ -106,6 +109,12 @@ _FROM_STATUS: dict[grpc.StatusCode, type[OpsError]] = {
 
 
 M = TypeVar("M")
+
+_REPLIES: dict[str, type[ProtoMessage]] = {
+    method.name: getattr(pb, method.output_type.name)
+    for method in pb.DESCRIPTOR.services_by_name["Broker"].methods
+}
+"""The reply message of each method, by name."""
 
 
 def _error(exc: grpc.aio.AioRpcError, op: str, path: str | None) -> OpsError:
@@ -198,7 +207,6 @@ class GrpcBackend:
         ]
         self._channel: grpc.aio.Channel | None = None
         self._stub: Any = None
-        self._read_stream: Any = None
         self._capabilities: pb.CapabilitiesReply | None = None
         self._opening: asyncio.Lock | None = None
         self._closed = False
@@ -235,13 +243,6 @@ class GrpcBackend:
                 else:
                     self._channel = grpc.aio.insecure_channel(self.target, options=self._options)
                 self._stub = pb_grpc.BrokerStub(self._channel)  # type: ignore[no-untyped-call]
-                # ReadFile's chunks as views into the received messages: copied once, into
-                # what the caller gets, instead of once more by the protobuf parser.
-                self._read_stream = self._channel.unary_stream(
-                    f"/{pb.DESCRIPTOR.services_by_name['Broker'].full_name}/ReadFile",
-                    request_serializer=pb.PathRequest.SerializeToString,
-                    response_deserializer=chunk_data_view,
-                )
             if self._capabilities is None:
                 self._capabilities = await self._first_contact()
         return self._stub
@@ -434,13 +435,75 @@ class GrpcBackend:
         ):
             yield answer
 
-    async def _call(self, op: str, path: str | None, method: str, request: Any) -> Any:
-        stub = await self._ensure()
-        return await self._unary(op, path, getattr(stub, method), request)
+    async def _call(
+        self, op: str, path: str | None, method: str, request: Any, *, idempotent: bool = True
+    ) -> Any:
+        """A one-reply call on a ``Frames`` stream, retried as :meth:`_replies` says."""
+        reply = _REPLIES[method]
+        give_up = asyncio.get_running_loop().time() + self._reconnect_wait
+        attempts = RECONNECT_ATTEMPTS if idempotent else 1
+        for attempt in range(attempts):
+            if attempt:
+                await self._reconnected(op, path, give_up)
+            call: FrameCall | None = None
+            try:
+                async with asyncio.timeout(self._call_timeout):
+                    async with self._frames.call(method, request, path) as call:
+                        return await call.receive_one(reply)
+            except TimeoutError:
+                raise self._timeout(op, path) from None
+            except Unavailable:
+                if attempt + 1 == attempts or not _unreachable(call):
+                    raise
+        raise AssertionError("unreachable")
 
     async def _change(self, op: str, path: str | None, method: str, request: Any) -> Any:
-        stub = await self._ensure()
-        return await self._unary(op, path, getattr(stub, method), request, idempotent=False)
+        return await self._call(op, path, method, request, idempotent=False)
+
+    async def _messages(
+        self, op: str, path: str | None, method: str, request: Any, *, idempotent: bool = True
+    ) -> AsyncIterator[Any]:
+        parse = _REPLIES[method].FromString
+        async for data in self._replies(op, path, method, request, idempotent=idempotent):
+            yield parse(data)
+
+    async def _replies(
+        self, op: str, path: str | None, method: str, request: Any, *, idempotent: bool = True
+    ) -> AsyncIterator[bytes]:
+        """The serialized replies of ``method`` on a ``Frames`` stream, all of them within
+        ``call_timeout`` (the time the caller spends between them aside). With ``idempotent``,
+        a call whose stream found the broker unreachable before any reply is tried again once
+        it answers, for at most ``reconnect_wait`` seconds, as an RPC would be."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._call_timeout
+        attempts = RECONNECT_ATTEMPTS if idempotent else 1
+        give_up = loop.time() + self._reconnect_wait
+        for attempt in range(attempts):
+            if attempt:
+                await self._reconnected(op, path, give_up)
+            call: FrameCall | None = None
+            started = False
+            try:
+                async with self._frames.call(method, request, path) as call:
+                    while (data := await self._receive(call, deadline)) is not None:
+                        started = True
+                        yield data
+                return
+            except Unavailable:
+                if started or attempt + 1 == attempts or not _unreachable(call):
+                    raise
+
+    async def _receive(self, call: FrameCall, deadline: float) -> bytes | None:
+        try:
+            async with asyncio.timeout_at(deadline):
+                return await call.receive()
+        except TimeoutError:
+            raise self._timeout(call.op, call.path) from None
+
+    def _timeout(self, op: str, path: str | None) -> Timeout:
+        return Timeout(
+            op, path, f"the broker did not finish within {self._call_timeout:g} s (call_timeout)"
+        )
 
     # -- ReadOperations / WriteOperations ------------------------------------------------------
 
@@ -451,14 +514,11 @@ class GrpcBackend:
         small = await self._call("read_file", path, "ReadSmallFile", _p(path))
         if small.complete:
             return small.data  # type: ignore[no-any-return]
-        await self._ensure()
         # Each piece is copied once, into the buffer whose bytes are returned (getvalue() hands
         # them over without another copy); received messages are released as they come.
         content = io.BytesIO()
-        async for piece in self._stream(
-            "read_file", path, self._read_stream, pb.PathRequest(path=path)
-        ):
-            content.write(piece)
+        async for data in self._replies("read_file", path, "ReadFile", _p(path)):
+            content.write(chunk_data_view(data))
         return content.getvalue()
 
     async def read_chunks(
@@ -472,10 +532,8 @@ class GrpcBackend:
         _check("read_file", path)
         if chunk_size < 1:
             raise InvalidArgument("read_file", path, f"chunk_size must be >= 1, got {chunk_size}")
-        await self._ensure()
-        async for data in self._stream(
-            "read_file", path, self._read_stream, pb.PathRequest(path=path)
-        ):
+        async for message in self._replies("read_file", path, "ReadFile", _p(path)):
+            data = chunk_data_view(message)
             for start in range(0, len(data), chunk_size):
                 yield bytes(data[start : start + chunk_size])
 
@@ -572,17 +630,15 @@ class GrpcBackend:
 
     async def readdir(self, path: str) -> list[str]:
         _check("readdir", path)
-        stub = await self._ensure()
         names: list[str] = []
-        async for batch in self._stream("readdir", path, stub.Readdir, _p(path)):
+        async for batch in self._messages("readdir", path, "Readdir", _p(path)):
             names.extend(batch.names)
         return names
 
     async def list_dir(self, path: str) -> list[DirEntry]:
         _check("list_dir", path)
-        stub = await self._ensure()
         entries: list[DirEntry] = []
-        async for batch in self._stream("list_dir", path, stub.ListDir, _p(path)):
+        async for batch in self._messages("list_dir", path, "ListDir", _p(path)):
             entries.extend(DirEntry(e.name, kind_from_wire(e.kind)) for e in batch.entries)
         return entries
 
@@ -590,10 +646,9 @@ class GrpcBackend:
         self, pattern: str, cwd: str, *, ignore: Sequence[str] = (), limit: int = 1000
     ) -> list[str]:
         _check("glob", cwd, pattern, *ignore)
-        stub = await self._ensure()
         request = pb.GlobRequest(pattern=pattern, cwd=cwd, ignore=list(ignore), limit=limit)
         found: list[str] = []
-        async for batch in self._stream("glob", cwd, stub.Glob, request):
+        async for batch in self._messages("glob", cwd, "Glob", request):
             found.extend(batch.names)
         return found
 
@@ -608,13 +663,12 @@ class GrpcBackend:
         limit: int = 100,
     ) -> AsyncIterator[SearchMatch]:
         _check("search", path, pattern, *(() if glob is None else (glob,)))
-        stub = await self._ensure()
         request = pb.SearchRequest(
             pattern=pattern, path=path, ignore_case=ignore_case, literal=literal, limit=limit
         )
         if glob is not None:
             request.glob = glob
-        async for match in self._stream("search", path, stub.Search, request):
+        async for match in self._messages("search", path, "Search", request):
             text = match.line_text if match.HasField("line_text") else None
             yield SearchMatch(match.path, match.line_number, text)
 
@@ -706,8 +760,10 @@ class _FramesCall(FrameStream):
                     data = b"".join(pending)
                     pending.clear()
                     await call.write(pb.FrameBytes(data=data))
-        except Exception as exc:  # the call ended: the reader reports why
-            self.fail(exc)
+        except Exception as exc:
+            if not call.done():
+                self.fail(exc)
+            # else the call has ended, and its reader reports its status (why it ended)
 
     def error(self, exc: BaseException, op: str, path: str | None) -> OpsError:
         if isinstance(exc, grpc.aio.AioRpcError):
@@ -715,8 +771,13 @@ class _FramesCall(FrameStream):
                 return Unavailable(
                     op,
                     path,
-                    "the broker does not offer Frames, which this client needs for exec: "
-                    "upgrade the broker",
+                    "the broker does not offer Frames, which this client needs: upgrade the broker",
+                )
+            if exc.code() in _LOST:
+                return Unavailable(
+                    op,
+                    path,
+                    f"{self.what} to the broker lost: {exc.details()} (gRPC {exc.code().name})",
                 )
             return _error(exc, op, path)
         return super().error(exc, op, path)
@@ -729,6 +790,20 @@ class _FramesCall(FrameStream):
         self.fail(ConnectionAbortedError("the stream was closed"))
         self._writer.cancel()
         self._call.cancel()
+
+
+_LOST = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN})
+"""How a ``Frames`` stream ends when its connection breaks (a broker killed, restarted, gone):
+the broker's own errors come in ``END`` frames, its refusals as other codes."""
+
+
+def _unreachable(call: FrameCall | None) -> bool:
+    """Whether ``call`` failed because its stream lost the broker, not because the broker said
+    so: worth a retry for a read-only call."""
+    failure = None if call is None else call.failure
+    if isinstance(failure, grpc.aio.AioRpcError):
+        return failure.code() in _LOST
+    return isinstance(failure, ConnectionError)  # the broker ended the stream (it stopped)
 
 
 def _check(op: str, path: object, *texts: object) -> None:

@@ -9,6 +9,7 @@ as on an SSH channel.
 from __future__ import annotations
 
 import asyncio
+import collections
 from typing import Any, Final
 
 import grpc.aio
@@ -24,9 +25,10 @@ FRAMES_METHOD: Final = f"/{SERVICE_NAME}/Frames"
 
 _DATA_FIELD: Final = pb.FrameBytes.DESCRIPTOR.fields_by_name["data"].number
 
-MAX_PIECE_BYTES: Final = 4 * 1024 * 1024
-"""Largest ``FrameBytes`` sent (longer frames span several): above the largest output event
-(1 MiB and its frame's header), which therefore always leaves in one message."""
+MAX_PIECE_BYTES: Final = 1024 * 1024 + 4096
+"""Largest ``FrameBytes`` sent (a longer frame spans several): room for the largest output
+event (1 MiB) and its headers, which therefore always leaves in one message, and little more, so
+that what grpc holds for a stream stays small."""
 
 HIGH_WATER_BYTES: Final = 2 * MAX_PIECE_BYTES
 """Bytes waiting to be written at which a call's sends wait: backpressure."""
@@ -41,7 +43,7 @@ class StreamCarrier:
 
     def __init__(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
         self._context = context
-        self._pending: list[bytes] = []
+        self._pending: collections.deque[bytes | memoryview] = collections.deque()
         self._pending_bytes = 0
         self._wake = asyncio.Event()
         self._writable = asyncio.Event()
@@ -75,20 +77,33 @@ class StreamCarrier:
             await self._wake.wait()
             self._wake.clear()
             while self._pending:
-                pending, size = self._pending, self._pending_bytes
-                self._pending, self._pending_bytes = [], 0
-                if size <= MAX_PIECE_BYTES:
-                    await self._context.write(
-                        b"".join([bytes_field_prefix(_DATA_FIELD, size), *pending])
-                    )
-                    continue
-                data = b"".join(pending)
-                for start in range(0, size, MAX_PIECE_BYTES):
-                    piece = data[start : start + MAX_PIECE_BYTES]
-                    await self._context.write(bytes_field_prefix(_DATA_FIELD, len(piece)) + piece)
-            self._writable.set()
+                await self._context.write(self._next_piece())
+                if self._pending_bytes < HIGH_WATER_BYTES:
+                    self._writable.set()
             if self.closed.is_set():
                 return
+
+    def _next_piece(self) -> bytes:
+        """The next serialized ``FrameBytes``: the queued frames, in order, that fit in
+        :data:`MAX_PIECE_BYTES` (a longer frame is cut, uncopied), joined with the field's tag
+        and length in one copy."""
+        pending = self._pending
+        parts: list[bytes | memoryview] = []
+        size = 0
+        while pending and size < MAX_PIECE_BYTES:
+            part = pending[0]
+            room = MAX_PIECE_BYTES - size
+            if len(part) > room:
+                if parts:  # whole frames leave whole: the rest goes in the next piece
+                    break
+                view = memoryview(part)
+                part, pending[0] = view[:room], view[room:]
+            else:
+                pending.popleft()
+            parts.append(part)
+            size += len(part)
+        self._pending_bytes -= size
+        return b"".join([bytes_field_prefix(_DATA_FIELD, size), *parts])
 
     # -- the Carrier protocol --
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -13,6 +14,7 @@ import pytest
 from agent_side import connect
 from agent_side._remote.grpc import GrpcBackend
 from broker import BrokerConfig
+from broker._frontends._service import METHODS
 from broker._frontends.grpc import BrokerServicer
 from broker._serve import BrokerServer
 from operations import Backend
@@ -56,9 +58,9 @@ def client(server: BrokerServer, **options: object) -> GrpcBackend:
 
 
 def count_calls(monkeypatch: pytest.MonkeyPatch, *methods: str) -> Counter[str]:
-    """How often each of ``methods`` (servicer methods answering with one reply: unary or
-    client-streaming) reaches the broker's gRPC servicer, counted from now on (for servers
-    started after this call: the servicer's methods are bound at start)."""
+    """How often each of ``methods`` (answering with one reply: unary or client-streaming)
+    reaches the broker, as an RPC of its own or on a ``Frames`` stream, counted from now on (for
+    servers started after this call: the servicer's methods are bound at start)."""
     counts: Counter[str] = Counter()
     for name in methods:
         served = getattr(BrokerServicer, name)
@@ -70,4 +72,11 @@ def count_calls(monkeypatch: pytest.MonkeyPatch, *methods: str) -> Counter[str]:
             return await _served(self, *args)
 
         monkeypatch.setattr(BrokerServicer, name, counted)
+        method = METHODS[name]
+
+        async def framed(*args: Any, _handler: Any = method.handler, _name: str = name) -> Any:
+            counts[_name] += 1
+            return await _handler(*args)
+
+        monkeypatch.setitem(METHODS, name, dataclasses.replace(method, handler=framed))
     return counts

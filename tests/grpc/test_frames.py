@@ -1,6 +1,7 @@
-"""The ``Frames`` stream: framed calls on pooled gRPC streams, as the gRPC client runs ``exec``.
+"""The ``Frames`` stream: framed calls on pooled gRPC streams, as the gRPC client runs its calls.
 
-Checked here: execs reuse a few long-lived streams instead of one RPC each; a stream without a
+Checked here: execs and the other calls reuse a few long-lived streams instead of one RPC each;
+a call the broker never answers ends at ``call_timeout`` and is cancelled on the broker; a stream without a
 token is refused before anything runs; hostile bytes and unknown methods end defined; shutdown
 does not wait for idle streams; a broker that never reports is given up on after the timeout plus
 the grace.
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -23,6 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from opsbroker.v1 import broker_pb2 as pb
 from opsbroker.v1 import broker_pb2_grpc as pb_grpc
+from opsbroker.v1.codec import CHUNK_BYTES
 from opsbroker.v1.sshframe import (
     NEED_DATA,
     End,
@@ -35,7 +38,7 @@ from opsbroker.v1.sshframe import (
 
 from agent_side import connect
 from broker._frontends.grpc import BrokerServicer
-from operations import ExecResult, InMemoryOperations, Unavailable
+from operations import ExecResult, InMemoryOperations, Timeout, Unavailable
 
 from ._harness import client, serving, token_of
 
@@ -69,6 +72,65 @@ async def test_execs_reuse_a_few_streams(tmp_path: Path, monkeypatch: pytest.Mon
         )
         assert results == [ExecResult(0, None)] * 4
         assert len(opened) <= 4  # four at once need four streams, the idle one among them
+
+
+async def test_every_kind_of_call_shares_the_pooled_stream(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    opened = _count_streams(monkeypatch)
+    big = os.urandom(3 * CHUNK_BYTES + 7)  # read in chunks, not as one small file
+    async with serving(tmp_path, None) as server, client(server) as ops:
+        root = ops.root
+        await ops.write_file(f"{root}/a.txt", b"needle\n")
+        await ops.mkdir(f"{root}/d")
+        (tmp_path / "ROOT" / "big").write_bytes(big)
+        assert await ops.read_file(f"{root}/a.txt") == b"needle\n"
+        assert await ops.read_file(f"{root}/big") == big
+        assert [c async for c in ops.read_chunks(f"{root}/big")] != []
+        assert (await ops.stat(f"{root}/a.txt")).size == 7
+        assert await ops.exists(f"{root}/d") and await ops.is_directory(f"{root}/d")
+        assert sorted(await ops.readdir(root)) == ["a.txt", "big", "d"]
+        assert {e.name for e in await ops.list_dir(root)} == {"a.txt", "big", "d"}
+        assert await ops.glob("*.txt", root) == ["a.txt"]
+        assert [m.path async for m in ops.search("needle", root)] == [f"{root}/a.txt"]
+        await ops.rename(f"{root}/a.txt", f"{root}/b.txt")
+        await ops.remove(f"{root}/d")
+        assert await ops.exec("true", root, on_data=lambda _: None) == ExecResult(0, None)
+        assert len(opened) == 1  # one stream carried every call, one after the other
+
+
+class _Hung(InMemoryOperations):
+    """A backend whose ``stat`` never answers (until released)."""
+
+    def __init__(self) -> None:
+        super().__init__({"f": b"x"})
+        self.release = asyncio.Event()
+        self.cancelled = asyncio.Event()
+
+    async def stat(self, path: str) -> Any:
+        try:
+            await self.release.wait()
+        except asyncio.CancelledError:
+            self.cancelled.set()
+            raise
+        return await super().stat(path)
+
+
+async def test_a_call_the_broker_never_answers_times_out_and_is_cancelled_there(
+    tmp_path: Path,
+) -> None:
+    backend = _Hung()
+    async with serving(tmp_path, backend) as server:
+        try:
+            async with client(server, call_timeout=0.3) as ops:
+                started = time.monotonic()
+                with pytest.raises(Timeout, match=r"did not finish within 0\.3 s"):
+                    await ops.stat("/workspace/f")
+                assert 0.25 <= time.monotonic() - started < 3.0
+                await asyncio.wait_for(backend.cancelled.wait(), 5)  # the broker stopped it
+                assert await ops.read_file("/workspace/f") == b"x"  # and serves on
+        finally:
+            backend.release.set()
 
 
 @asynccontextmanager
@@ -105,8 +167,8 @@ async def test_a_stream_without_a_valid_token_runs_nothing(
 ) -> None:
     memory = InMemoryOperations(root="/w")
     async with serving(tmp_path, memory) as server, _raw_frames(server.addresses[0], token) as call:
-        await call.write(_run_request(FrameConnection(Role.CLIENT), "touch x"))
-        with pytest.raises(grpc.aio.AioRpcError) as caught:
+        with pytest.raises(grpc.aio.AioRpcError) as caught:  # at the write, if refused by then
+            await call.write(_run_request(FrameConnection(Role.CLIENT), "touch x"))
             await call.read()
         assert caught.value.code() is grpc.StatusCode.UNAUTHENTICATED
     assert memory.commands.history == []
