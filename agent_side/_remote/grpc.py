@@ -19,9 +19,11 @@ message pair instead of a new RPC (its headers, its handler task, its status). O
 contact (``Capabilities``), uploads of more than one chunk and the calls on processes that
 outlive a call are RPCs of their own.
 
-**Cancellation:** cancelling the awaiting task cancels the RPC, and the broker stops the work.
-For ``exec``, cancelling the task (or aborting its signal) first asks the broker to kill the tree
-and waits, at most ``exec_grace`` seconds, until it has, exactly like a local ``exec``; a broker
+**Cancellation:** cancelling the awaiting task cancels the call (an RPC, or ``CANCEL`` on its
+``Frames`` stream, confirmed within ``exec_grace`` seconds or the stream is cut), and the broker
+stops the work. For ``exec``, cancelling the task (or aborting its signal) first asks the broker
+to kill the tree and waits, at most ``exec_grace`` seconds, until it has, exactly like a local
+``exec``; a broker
 that has not reported ``exec_grace`` seconds after the command's timeout is given up on.
 """
 
