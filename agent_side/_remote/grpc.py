@@ -16,8 +16,8 @@ gone) is noticed by keepalive pings within ``KEEPALIVE_TIME_MS + KEEPALIVE_TIMEO
 Calls run on the broker's ``Frames`` stream, as over SSH (:class:`~._frames.FrameClient`): a
 few long-lived streams are kept open and each carries one call at a time, so a call costs a
 message pair instead of a new RPC (its headers, its handler task, its status). Only the first
-contact (``Capabilities``), uploads of more than one chunk and the calls on processes that
-outlive a call are RPCs of their own.
+contact (``Capabilities``), the streams of files larger than one chunk (``ReadFile``,
+``WriteFile``) and the calls on processes that outlive a call are RPCs of their own.
 
 **Cancellation:** cancelling the awaiting task cancels the call (an RPC, or ``CANCEL`` on its
 ``Frames`` stream, confirmed within ``exec_grace`` seconds or the stream is cut), and the broker
@@ -209,6 +209,7 @@ class GrpcBackend:
         ]
         self._channel: grpc.aio.Channel | None = None
         self._stub: Any = None
+        self._read_stream: Any = None
         self._capabilities: pb.CapabilitiesReply | None = None
         self._opening: asyncio.Lock | None = None
         self._closed = False
@@ -245,6 +246,14 @@ class GrpcBackend:
                 else:
                     self._channel = grpc.aio.insecure_channel(self.target, options=self._options)
                 self._stub = pb_grpc.BrokerStub(self._channel)  # type: ignore[no-untyped-call]
+                # ReadFile's chunks as views into the received messages: copied once, into
+                # what the caller gets, instead of once more by the protobuf parser (or, on a
+                # Frames stream, once more out of the frame bytes: 6-8% slower for 64 MiB).
+                self._read_stream = self._channel.unary_stream(
+                    f"/{pb.DESCRIPTOR.services_by_name['Broker'].full_name}/ReadFile",
+                    request_serializer=pb.PathRequest.SerializeToString,
+                    response_deserializer=chunk_data_view,
+                )
             if self._capabilities is None:
                 self._capabilities = await self._first_contact()
         return self._stub
@@ -516,11 +525,12 @@ class GrpcBackend:
         small = await self._call("read_file", path, "ReadSmallFile", _p(path))
         if small.complete:
             return small.data  # type: ignore[no-any-return]
+        await self._ensure()
         # Each piece is copied once, into the buffer whose bytes are returned (getvalue() hands
         # them over without another copy); received messages are released as they come.
         content = io.BytesIO()
-        async for data in self._replies("read_file", path, "ReadFile", _p(path)):
-            content.write(chunk_data_view(data))
+        async for piece in self._stream("read_file", path, self._read_stream, _p(path)):
+            content.write(piece)
         return content.getvalue()
 
     async def read_chunks(
@@ -534,8 +544,8 @@ class GrpcBackend:
         _check("read_file", path)
         if chunk_size < 1:
             raise InvalidArgument("read_file", path, f"chunk_size must be >= 1, got {chunk_size}")
-        async for message in self._replies("read_file", path, "ReadFile", _p(path)):
-            data = chunk_data_view(message)
+        await self._ensure()
+        async for data in self._stream("read_file", path, self._read_stream, _p(path)):
             for start in range(0, len(data), chunk_size):
                 yield bytes(data[start : start + chunk_size])
 

@@ -78,7 +78,7 @@ async def test_every_kind_of_call_shares_the_pooled_stream(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     opened = _count_streams(monkeypatch)
-    big = os.urandom(3 * CHUNK_BYTES + 7)  # read in chunks, not as one small file
+    big = os.urandom(3 * CHUNK_BYTES + 7)  # streamed by the ReadFile RPC, beside the stream
     async with serving(tmp_path, None) as server, client(server) as ops:
         root = ops.root
         await ops.write_file(f"{root}/a.txt", b"needle\n")
