@@ -650,12 +650,12 @@ class Broker:
     ) -> ExecResult:
         manager = self._process_manager(op)
         argv = argv_builder(command)
-        cwd_fd, real_cwd = self._open_cwd(op, cwd, gate)
+        cwd_fd = self._open_cwd(op, cwd, gate)
         try:
             result: ExecResult = await manager.exec(
                 argv,
                 cwd_fd=cwd_fd,
-                cwd=real_cwd,
+                cwd=cwd,
                 on_data=on_data,
                 signal=signal,
                 timeout=timeout,
@@ -665,11 +665,10 @@ class Broker:
         finally:
             os.close(cwd_fd)
 
-    def _open_cwd(self, op: str, cwd: str, gate: Gate | None) -> tuple[int, str]:
-        """A command's working directory opened beneath the root (asking ``gate.read``), and
-        its name (errors name the directory the fd holds: see ``ProcessManager.exec``)."""
+    def _open_cwd(self, op: str, cwd: str, gate: Gate | None) -> int:
+        """A command's working directory opened beneath the root (asking ``gate.read``)."""
         try:
-            return self._root.open_dir(op, cwd, gate and gate.read), cwd
+            return self._root.open_dir(op, cwd, gate and gate.read)
         except (NotFound, NotADirectory) as exc:
             raise type(exc)(op, cwd, f"working directory: {exc.reason}") from None
 

@@ -334,15 +334,10 @@ def _encode_env(env: Mapping[str, str]) -> list[bytes]:
     return out
 
 
-def _executables(program: str, env: Mapping[str, str]) -> tuple[bytes, ...]:
-    """Where to look for ``program``: itself if it has a ``/``, else each ``PATH`` entry of the
-    command's environment, as ``execvpe`` and ``subprocess`` do."""
-    return _candidates(program, env.get("PATH"))
-
-
 @functools.lru_cache(maxsize=64)
-def _candidates(program: str, path: str | None) -> tuple[bytes, ...]:
-    """:func:`_executables` for one ``PATH`` (few distinct ones: every command runs bash)."""
+def _executables(program: str, path: str | None) -> tuple[bytes, ...]:
+    """Where to look for ``program``: itself if it has a ``/``, else each entry of the
+    command's ``PATH``, as ``execvpe`` and ``subprocess`` do (cached: few distinct ones)."""
     name = os.fsencode(program)
     if b"/" in name:
         return (name,)
@@ -653,7 +648,7 @@ class ProcessManager:
             tree = self._tracker.new_tree(cookie)
             group_fd, procs = tree.spawn_fds()
             pid = _native.spawn(
-                _executables(argv[0], child_env),
+                _executables(argv[0], child_env.get("PATH")),
                 [os.fsencode(arg) for arg in argv],
                 environ,
                 stdin_fd=stdio.child[0],

@@ -52,8 +52,8 @@ from ._shell import bash_argv
 
 __all__ = ["OpenCwd", "OutputRing", "ProcessTable"]
 
-OpenCwd = Callable[[str, str, Gate | None], tuple[int, str]]
-"""``(op, cwd, gate) -> (fd, real path)``: the working directory opened beneath the root."""
+OpenCwd = Callable[[str, str, Gate | None], int]
+"""``(op, cwd, gate) -> fd``: the working directory opened beneath the root."""
 
 PIECE_BYTES = 256 * 1024
 """At most this much output in one :class:`~operations.ProcessOutput` handed to an attacher."""
@@ -264,12 +264,12 @@ class ProcessTable:
         child_env = {**MINIMAL_ENV, **(env or {})}
         if pty is not None:
             child_env.setdefault("TERM", PTY_TERM)
-        cwd_fd, real_cwd = self._open_cwd(op, cwd, gate)
+        cwd_fd = self._open_cwd(op, cwd, gate)
         try:
             live = manager.start(
                 argv,
                 cwd_fd=cwd_fd,
-                cwd=real_cwd,
+                cwd=cwd,
                 env=child_env,
                 pty=None if pty is None else (pty.cols, pty.rows),
             )
