@@ -93,7 +93,7 @@ class FrameStream:
         self.broken = False
         self.prefix = b""  # frames to send before the next request (a deferred END_OF_INPUT)
 
-    def received(self, data: bytes) -> None:
+    def received(self, data: bytes | memoryview) -> None:
         """Feed bytes from the broker; each complete frame becomes an event."""
         self.frames.receive_data(data)
         while True:

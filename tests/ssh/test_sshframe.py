@@ -291,8 +291,8 @@ def test_max_frame_size_must_be_positive() -> None:
 
 @pytest.mark.parametrize("piece", [1000, 65536, 262144 + 7])
 def test_large_messages_in_any_pieces_arrive_intact(piece: int) -> None:
-    """Bodies are copied out of the receive buffer (which keeps growing and shrinking after
-    each frame, so no view of it may outlive the extraction)."""
+    """Bodies are cut out of the received pieces, however many a frame spans (and whatever
+    piece a frame starts or ends in), into bytes of their own."""
     states = {CLIENT: State.DONE, SERVER: State.SEND}
     sender = _conn(SERVER, states)
     receiver = _conn(CLIENT, states)
@@ -322,6 +322,28 @@ def test_frames_are_cut_from_the_received_bytes_in_order() -> None:
     assert list(_events(receiver)) == [*(Message(body) for body in bodies), End()]
     receiver.receive_data(b"")
     assert receiver.next_event() is NEED_DATA and receiver.closed_by_peer
+
+
+def test_every_cut_of_the_received_bytes_gives_the_same_frames() -> None:
+    """Views of the received bytes, cut anywhere (inside a length, between a length and its
+    kind, inside a body), and fed in three pieces, give the frames the whole bytes give."""
+    states = {CLIENT: State.DONE, SERVER: State.SEND}
+    sender = _conn(SERVER, states)
+    bodies = [b"", b"a", bytes(range(256)) * 3, b"\x00\x01"]
+    wire = b"".join(sender.send(Message(body)) for body in bodies) + sender.send(End(b"\x08"))
+    expected = [*(Message(body) for body in bodies), End(b"\x08")]
+    view = memoryview(wire)
+    for first in range(1, len(wire) - 3):
+        second = first + 3
+        receiver = _conn(CLIENT, states)
+        got: list[Event] = []
+        for piece in (view[:first], view[first:second], view[second:]):
+            receiver.receive_data(piece)
+            got += _events(receiver)
+        assert got == expected, first
+        assert all(type(event.message) is bytes for event in got if isinstance(event, Message))
+        receiver.receive_data(b"")
+        assert receiver.closed_by_peer
 
 
 def test_received_bytes_are_not_aliased() -> None:

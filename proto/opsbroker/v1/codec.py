@@ -150,10 +150,11 @@ def chunks(data: bytes, size: int = CHUNK_BYTES) -> Iterator[bytes]:
 
 
 def chunk_data_view(raw: bytes) -> memoryview:
-    """The ``data`` of a serialized :class:`Chunk`, as a view into ``raw`` (no copy).
+    """The ``data`` of a serialized :class:`Chunk` (or ``FrameBytes``, the same layout), as a
+    view into ``raw`` (no copy).
 
-    A response deserializer for streams of chunks: the client copies each piece once, into
-    whatever it assembles. A message that is not exactly field 1 (another encoder's layout,
+    A response deserializer for streams of bytes: the client copies each piece once, into
+    whatever it assembles or cuts out of it. A message that is not exactly field 1 (another encoder's layout,
     unknown fields) is parsed in full instead.
     """
     view = memoryview(raw)

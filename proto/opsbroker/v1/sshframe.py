@@ -34,12 +34,13 @@ Bulk data (command output, file content) crosses in messages whose only field is
 field. :meth:`FrameConnection.send_message` frames such a message from its pieces in one copy
 (:func:`bytes_field_prefix` gives the field's tag and length), and :func:`bytes_field_offset`
 finds the field's value in a received message without parsing it: neither builds the message.
-A frame that arrives whole in one :meth:`FrameConnection.receive_data` is cut out of those bytes
-directly (one copy); only a frame split across receives is gathered in a buffer first.
+Received bytes are held as they came; each frame's body is cut out of them with one copy, however
+many receives it spans.
 """
 
 from __future__ import annotations
 
+import collections
 import enum
 import struct
 from collections.abc import Sequence
@@ -347,9 +348,11 @@ class FrameConnection:
         self.their_role = Role.SERVER if role is Role.CLIENT else Role.CLIENT
         self.max_frame_size = max_frame_size
         self.states: dict[Role, State] = {Role.CLIENT: State.IDLE, Role.SERVER: State.IDLE}
-        self._buffer = bytearray()  # a frame split across receives, gathered (copied)
-        self._data = b""  # the bytes last received, not copied: frames are cut from _offset on
+        # What has been received and not yet cut into events, as received (never copied): the
+        # first part from _offset on, then the others whole; _size bytes in all.
+        self._parts: collections.deque[bytes | memoryview] = collections.deque()
         self._offset = 0
+        self._size = 0
         self._eof = False
 
     @property
@@ -412,22 +415,19 @@ class FrameConnection:
             raise
         return b"".join((_HEADER.pack(length, Message.kind), *parts))
 
-    def receive_data(self, data: bytes) -> None:
+    def receive_data(self, data: bytes | memoryview) -> None:
         """Take bytes received from the peer; ``b""`` means the peer closed its side (EOF).
 
-        The bytes are kept as they are (not copied) until :meth:`next_event` has cut the whole
-        frames out of them; what is left of them then is copied into the buffer by the next call.
+        The bytes are kept as they are (not copied: a ``memoryview`` must be of bytes nobody
+        changes) until :meth:`next_event` cuts the frames out of them, each body with one copy.
         """
         if data:
             if self._eof:
                 raise RuntimeError("received data after EOF")
-            if self._offset < len(self._data):  # the start of a frame this data continues
-                self._buffer += memoryview(self._data)[self._offset :]
-            self._data, self._offset = b"", 0
-            if self._buffer:
-                self._buffer += data
-            else:
-                self._data = bytes(data)  # the same object when it is bytes
+            if not isinstance(data, (bytes, memoryview)):
+                data = bytes(data)
+            self._parts.append(data)
+            self._size += len(data)
         else:
             self._eof = True
 
@@ -455,29 +455,53 @@ class FrameConnection:
             raise RemoteProtocolError(str(exc)) from exc
 
     def _extract_event(self) -> Event | _NeedData:
-        data, offset = self._data, self._offset
-        if offset < len(data):
-            left = len(data) - offset
-            if left >= 4:
-                (length,) = _LENGTH.unpack_from(data, offset)
-                self._check_length(length)
-                if left >= 4 + length:
-                    self._offset = end = offset + 4 + length
-                    if end == len(data):
-                        self._data, self._offset = b"", 0
-                    return _decode_body(data[offset + 4], data[offset + 5 : end])
-            return self._need_data(left)
-        buffer = self._buffer
-        if len(buffer) >= 4:
-            (length,) = _LENGTH.unpack_from(buffer)
-            self._check_length(length)
-            if len(buffer) >= 4 + length:
-                kind = buffer[4]
-                with memoryview(buffer) as view:  # one copy of the body, not two
-                    body = view[5 : 4 + length].tobytes()
-                del buffer[: 4 + length]
-                return _decode_body(kind, body)
-        return self._need_data(len(buffer))
+        if self._size < _LENGTH.size:
+            return self._need_data(self._size)
+        first, offset = self._parts[0], self._offset
+        if len(first) - offset >= _LENGTH.size:
+            (length,) = _LENGTH.unpack_from(first, offset)
+        else:  # a length split across receives
+            (length,) = _LENGTH.unpack(self._take(_LENGTH.size, peek=True))
+        self._check_length(length)
+        if self._size < _LENGTH.size + length:
+            return self._need_data(self._size)
+        if len(first) - offset >= HEADER_BYTES:
+            kind = first[offset + _LENGTH.size]
+            self._consume(HEADER_BYTES)
+        else:
+            kind = self._take(HEADER_BYTES)[_LENGTH.size]
+        return _decode_body(kind, self._take(length - 1))
+
+    def _take(self, count: int, *, peek: bool = False) -> bytes:
+        """The next ``count`` received bytes (at most that many are held), in one copy; with
+        ``peek`` they stay."""
+        if not count:
+            return b""
+        first, offset = self._parts[0], self._offset
+        if len(first) - offset >= count:  # the common case: all in the first part
+            taken = bytes(first[offset : offset + count])
+        else:
+            pieces: list[memoryview] = []
+            need = count
+            for part in self._parts:
+                pieces.append(memoryview(part)[offset : offset + need])
+                need -= len(pieces[-1])
+                offset = 0
+                if not need:
+                    break
+            taken = b"".join(pieces)
+        if not peek:
+            self._consume(count)
+        return taken
+
+    def _consume(self, count: int) -> None:
+        """Drop the next ``count`` bytes (parts wholly consumed are released)."""
+        parts = self._parts
+        self._size -= count
+        count += self._offset
+        while parts and count >= len(parts[0]):
+            count -= len(parts.popleft())
+        self._offset = count
 
     def _check_length(self, length: int) -> None:
         if length > self.max_frame_size:
@@ -499,7 +523,7 @@ class FrameConnection:
     @property
     def closed_by_peer(self) -> bool:
         """The peer sent EOF and every frame before it has been consumed."""
-        return self._eof and not self._buffer and self._offset >= len(self._data)
+        return self._eof and not self._size
 
     def start_next_call(self) -> None:
         """Return both sides to ``IDLE`` after a call is over (both ``DONE``), to reuse the
