@@ -49,8 +49,9 @@ INBOUND_HIGH_WATER: Final = 64
 INBOUND_LOW_WATER: Final = 16
 """Buffered client messages at which a paused carrier reads again."""
 
-COALESCE_BYTES: Final = 256 * 1024
-"""Queued reply bytes that are written at once instead of at the end of the loop iteration."""
+COALESCE_BYTES: Final = 128 * 1024
+"""Queued reply bytes that are written at once instead of at the end of the loop iteration: a
+file piece or output event that fills an SSH packet (``ssh.CHANNEL_MAX_PACKET``) is not held."""
 
 _OUTPUT_FIELD: Final = pb.ExecEvent.DESCRIPTOR.fields_by_name["output"].number
 _CHUNK_FIELD: Final = pb.Chunk.DESCRIPTOR.fields_by_name["data"].number

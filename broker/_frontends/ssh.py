@@ -73,17 +73,19 @@ KEEPALIVE_COUNT_MAX: Final = 3
 CHANNEL_WINDOW: Final = 8 * 1024 * 1024
 """Bytes a client may send on a channel before we acknowledge: room for a fast stream."""
 
-CHANNEL_MAX_PACKET: Final = 256 * 1024
-"""Largest SSH packet we accept on a channel: fewer packets (and fewer asyncssh steps) per MiB.
-Peers that announce less (OpenSSH: 32 KiB) are sent packets of their size."""
+CHANNEL_MAX_PACKET: Final = 128 * 1024
+"""Largest SSH packet we accept on a channel: four times OpenSSH's 32 KiB, so fewer asyncssh
+steps per MiB, and no more: a client whose glibc is not tuned for streaming (see
+:mod:`opsbroker.malloc`) faults every buffer above 128 KiB in afresh, and at 256 KiB its CPU per
+64 MiB written was about twice as high. Peers that announce less are sent packets of their size."""
 
 OUTPUT_EVENT_BYTES: Final = CHANNEL_MAX_PACKET - HEADER_BYTES - 4
 """Command output merged into one ExecEvent, at most: one of our client's SSH packets."""
 
 READ_CHUNK_BYTES: Final = OUTPUT_EVENT_BYTES
 """ReadFile's pieces: framed as a MESSAGE (its ``Chunk`` adds a tag and a 3-byte length), each
-fills one 256 KiB SSH packet of our client's exactly. A piece of ``CHUNK_BYTES`` would spill 9
-bytes into a second packet (with asyncssh's MSG_IGNORE before each): 12% more CPU per read."""
+fills one SSH packet of our client's exactly. A piece a few bytes longer spills into a nearly
+empty packet more (with asyncssh's MSG_IGNORE before each): 12% more CPU per read."""
 
 
 def load_or_create_host_key(path: str | os.PathLike[str]) -> asyncssh.SSHKey:
