@@ -768,9 +768,8 @@ def grpc_streaming() -> None:
             path = f"{b.root}/64m"
 
             async def echo() -> int:
-                async for _ in b.echo_stream(str(GRPC_STREAM_BYTES // GRPC_CHUNK).encode()):
-                    pass
-                return GRPC_STREAM_BYTES
+                count = str(GRPC_STREAM_BYTES // GRPC_CHUNK).encode()
+                return sum([len(m) async for m in b.echo_stream(count)])
 
             async def echo_assembled() -> int:
                 count = str(GRPC_STREAM_BYTES // GRPC_CHUNK).encode()

@@ -112,9 +112,10 @@ _FROM_STATUS: dict[grpc.StatusCode, type[OpsError]] = {
 
 M = TypeVar("M")
 
+_BROKER: Final = pb.DESCRIPTOR.services_by_name["Broker"]
+
 _REPLIES: dict[str, type[ProtoMessage]] = {
-    method.name: getattr(pb, method.output_type.name)
-    for method in pb.DESCRIPTOR.services_by_name["Broker"].methods
+    method.name: getattr(pb, method.output_type.name) for method in _BROKER.methods
 }
 """The reply message of each method, by name."""
 
@@ -251,13 +252,13 @@ class GrpcBackend:
                 # what the caller gets, instead of once more by the protobuf parser (or, on a
                 # Frames stream, once more out of the frame bytes: 6-8% slower for 64 MiB).
                 self._read_stream = self._channel.unary_stream(
-                    f"/{_SERVICE}/ReadFile",
+                    f"/{_BROKER.full_name}/ReadFile",
                     request_serializer=pb.PathRequest.SerializeToString,
                     response_deserializer=chunk_data_view,
                 )
                 # Frames likewise: its replies as views, its requests serialized by _FramesCall.
                 self._frames_stream = self._channel.stream_stream(
-                    f"/{_SERVICE}/Frames", response_deserializer=chunk_data_view
+                    f"/{_BROKER.full_name}/Frames", response_deserializer=chunk_data_view
                 )
             if self._capabilities is None:
                 self._capabilities = await self._first_contact()
@@ -454,24 +455,14 @@ class GrpcBackend:
     async def _call(
         self, op: str, path: str | None, method: str, request: Any, *, idempotent: bool = True
     ) -> Any:
-        """A one-reply call on a ``Frames`` stream, retried as :meth:`_replies` says."""
-        reply = _REPLIES[method]
-        give_up = asyncio.get_running_loop().time() + self._reconnect_wait
-        attempts = RECONNECT_ATTEMPTS if idempotent else 1
-        for attempt in range(attempts):
-            if attempt:
-                await self._reconnected(op, path, give_up)
-            call: FrameCall | None = None
-            try:
-                async with asyncio.timeout(self._call_timeout):
-                    async with self._frames.call(method, request, path) as call:
-                        return await call.receive_one(reply)
-            except TimeoutError:
-                raise self._timeout(op, path) from None
-            except Unavailable:
-                if attempt + 1 == attempts or not _unreachable(call):
-                    raise
-        raise AssertionError("unreachable")
+        """The one reply of ``method`` on a ``Frames`` stream (timed and retried as
+        :meth:`_replies` says)."""
+        replies = [
+            data async for data in self._replies(op, path, method, request, idempotent=idempotent)
+        ]
+        if not replies:
+            raise Unavailable(op, path, "the broker sent no reply")
+        return _REPLIES[method].FromString(replies[0])
 
     async def _change(self, op: str, path: str | None, method: str, request: Any) -> Any:
         return await self._call(op, path, method, request, idempotent=False)
@@ -810,7 +801,6 @@ class _FramesCall(FrameStream):
         self._call.cancel()
 
 
-_SERVICE: Final = pb.DESCRIPTOR.services_by_name["Broker"].full_name
 _FRAME_DATA_FIELD: Final = pb.FrameBytes.DESCRIPTOR.fields_by_name["data"].number
 
 _LOST = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN})

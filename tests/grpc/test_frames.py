@@ -99,38 +99,53 @@ async def test_every_kind_of_call_shares_the_pooled_stream(
         assert len(opened) == 1  # one stream carried every call, one after the other
 
 
-class _Hung(InMemoryOperations):
-    """A backend whose ``stat`` never answers (until released)."""
+class _Held(InMemoryOperations):
+    """A backend whose ``stat`` and ``exec`` never answer until ``release`` (whatever an exec's
+    timeout says); a wait that is cancelled sets ``cancelled``."""
 
     def __init__(self) -> None:
-        super().__init__({"f": b"x"})
+        super().__init__({"f": b"x"}, root="/w")
         self.release = asyncio.Event()
         self.cancelled = asyncio.Event()
 
-    async def stat(self, path: str) -> Any:
+    async def _held(self) -> None:
         try:
             await self.release.wait()
         except asyncio.CancelledError:
             self.cancelled.set()
             raise
+
+    async def stat(self, path: str) -> Any:
+        await self._held()
         return await super().stat(path)
+
+    async def exec(self, command: str, cwd: str, **_: object) -> ExecResult:
+        await self._held()
+        return ExecResult(0, None)
+
+
+@asynccontextmanager
+async def _held_client(tmp_path: Path, **options: object) -> AsyncIterator[tuple[_Held, Any]]:
+    """A client of a broker over :class:`_Held`, released at the end (so shutdown is prompt)."""
+    backend = _Held()
+    async with serving(tmp_path, backend) as server:
+        try:
+            async with client(server, **options) as ops:
+                yield backend, ops
+        finally:
+            backend.release.set()
 
 
 async def test_a_call_the_broker_never_answers_times_out_and_is_cancelled_there(
     tmp_path: Path,
 ) -> None:
-    backend = _Hung()
-    async with serving(tmp_path, backend) as server:
-        try:
-            async with client(server, call_timeout=0.3) as ops:
-                started = time.monotonic()
-                with pytest.raises(Timeout, match=r"did not finish within 0\.3 s"):
-                    await ops.stat("/workspace/f")
-                assert 0.25 <= time.monotonic() - started < 3.0
-                await asyncio.wait_for(backend.cancelled.wait(), 5)  # the broker stopped it
-                assert await ops.read_file("/workspace/f") == b"x"  # and serves on
-        finally:
-            backend.release.set()
+    async with _held_client(tmp_path, call_timeout=0.3) as (backend, ops):
+        started = time.monotonic()
+        with pytest.raises(Timeout, match=r"did not finish within 0\.3 s"):
+            await ops.stat("/w/f")
+        assert 0.25 <= time.monotonic() - started < 3.0
+        await asyncio.wait_for(backend.cancelled.wait(), 5)  # the broker stopped it
+        assert await ops.read_file("/w/f") == b"x"  # and serves on
 
 
 @asynccontextmanager
@@ -250,32 +265,15 @@ async def test_shutdown_does_not_wait_for_idle_streams(tmp_path: Path) -> None:
             await asyncio.wait_for(ops.exec("true", ops.root, on_data=lambda _: None), 10)
 
 
-class _Silent(InMemoryOperations):
-    """An exec that never reports (until ``release``), whatever its timeout says."""
-
-    def __init__(self) -> None:
-        super().__init__(root="/w")
-        self.release = asyncio.Event()
-
-    async def exec(self, command: str, cwd: str, **_: object) -> ExecResult:
-        await self.release.wait()
-        return ExecResult(0, None)
-
-
 async def test_a_broker_that_never_reports_is_given_up_after_timeout_and_grace(
     tmp_path: Path,
 ) -> None:
-    backend = _Silent()
-    async with serving(tmp_path, backend) as server:
-        try:
-            async with client(server, exec_grace=0.3) as ops:
-                started = time.monotonic()
-                with pytest.raises(Unavailable, match=r"did not report within the 0\.2 s timeout"):
-                    await ops.exec("x", "/w", on_data=lambda _: None, timeout=0.2)
-                assert 0.45 <= time.monotonic() - started < 3.0
-                assert await ops.exists("/w")  # the connection still serves
-        finally:
-            backend.release.set()
+    async with _held_client(tmp_path, exec_grace=0.3) as (_, ops):
+        started = time.monotonic()
+        with pytest.raises(Unavailable, match=r"did not report within the 0\.2 s timeout"):
+            await ops.exec("x", "/w", on_data=lambda _: None, timeout=0.2)
+        assert 0.45 <= time.monotonic() - started < 3.0
+        assert await ops.exists("/w")  # the connection still serves
 
 
 async def test_a_malformed_frame_is_answered_invalid_argument(memory_server: Any) -> None:
