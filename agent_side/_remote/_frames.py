@@ -119,8 +119,9 @@ class FrameStream:
             return exc
         return Unavailable(op, path, f"{self.what} to the broker lost: {exc}")
 
-    def write(self, data: bytes) -> None:
-        """Send ``data``, in order, without blocking (the transport's part)."""
+    def writelines(self, parts: list[bytes | memoryview]) -> None:
+        """Send ``b"".join(parts)``, in order, without blocking (the transport's part, which
+        joins them once; the bytes the views are of never change)."""
         raise NotImplementedError
 
     def close(self) -> None:
@@ -145,17 +146,18 @@ class FrameCall:
         await self.send_message([message.SerializeToString()])
 
     async def send_message(self, parts: list[bytes | memoryview]) -> None:
-        """Send the serialized message ``b"".join(parts)``, framed with one copy of it."""
+        """Send the serialized message ``b"".join(parts)``, framed without copying it (the
+        transport joins the frame's parts, once)."""
         stream = self.stream
         if stream.broken:
             raise Unavailable(self.op, self.path, f"{stream.what} to the broker lost")
-        stream.write(stream.frames.send_message(parts))
+        stream.writelines(stream.frames.send_message(parts))
         await stream.writable.wait()
 
     def end_input(self) -> None:
         stream = self.stream
         if not stream.broken and stream.frames.our_state is State.SEND:
-            stream.write(stream.frames.send(EndOfInput()))
+            stream.writelines([stream.frames.send(EndOfInput())])
 
     async def receive(self) -> bytes | None:
         """The next response message; ``None`` once the call ended well.
@@ -196,7 +198,7 @@ class FrameCall:
         stream = self.stream
         if self.ended or stream.broken:
             return
-        stream.write(stream.frames.send(Cancel(reason)))
+        stream.writelines([stream.frames.send(Cancel(reason))])
         try:
             async with asyncio.timeout(self.grace):
                 while not self.ended:
@@ -271,7 +273,7 @@ class FrameClient:
         stream.prefix = b""
         if not streaming_input:
             data += stream.frames.send(EndOfInput())
-        stream.write(data)
+        stream.writelines([data])
         abandoned = False
         try:
             yield call

@@ -743,7 +743,7 @@ class _FramesCall(FrameStream):
     def __init__(self, call: Any) -> None:
         super().__init__(DEFAULT_MAX_FRAME_SIZE)
         self._call = call
-        self._pending: list[bytes] = []
+        self._pending: list[bytes | memoryview] = []
         self._wake = asyncio.Event()
         loop = asyncio.get_running_loop()
         self._reader = loop.create_task(self._read())
@@ -791,8 +791,8 @@ class _FramesCall(FrameStream):
             return _error(exc, op, path)
         return super().error(exc, op, path)
 
-    def write(self, data: bytes) -> None:
-        self._pending.append(data)
+    def writelines(self, parts: list[bytes | memoryview]) -> None:
+        self._pending += parts
         self._wake.set()
 
     def close(self) -> None:

@@ -126,9 +126,9 @@ class _ChannelSession(FrameStream, asyncssh.SSHClientSession[bytes]):
     def resume_writing(self) -> None:
         self.writable.set()
 
-    def write(self, data: bytes) -> None:
+    def writelines(self, parts: list[bytes | memoryview]) -> None:
         assert self.chan is not None
-        self.chan.write(data)
+        self.chan.writelines(parts)  # asyncssh joins them: the one copy before its packets
 
     def close(self) -> None:
         self.broken = True
@@ -376,7 +376,8 @@ class SSHBackend:
             view = memoryview(data)
             for start in range(step, len(data), step):
                 # WriteFileRequest(data=piece), serialized by hand: the piece is copied once,
-                # into its frame (building the message and serializing it copy it twice more).
+                # as the channel joins its frame (building the message and serializing it
+                # copy it twice more).
                 piece = view[start : start + step]
                 await call.send_message([bytes_field_prefix(_DATA_FIELD, len(piece)), piece])
             call.end_input()

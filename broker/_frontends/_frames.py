@@ -60,9 +60,9 @@ _CHUNK_FIELD: Final = pb.Chunk.DESCRIPTOR.fields_by_name["data"].number
 class Carrier(Protocol):
     """What moves a :class:`FrameServer`'s bytes: an SSH channel, a gRPC stream."""
 
-    def writelines(self, parts: list[bytes]) -> None:
+    def writelines(self, parts: list[Piece]) -> None:
         """Queue ``b"".join(parts)`` to be sent, in order (never blocks; ``parts`` is the
-        carrier's from now on)."""
+        carrier's from now on, and the bytes its views are of never change)."""
 
     def pause_reading(self) -> None: ...
 
@@ -114,7 +114,7 @@ class FrameServer:
         self._cancel_requested = False
         self._inbound: asyncio.Queue[bytes | None] = asyncio.Queue()
         self._read_paused = False
-        self._pending: list[bytes] = []
+        self._pending: list[Piece] = []
         self._pending_bytes = 0
 
     # -- what the carrier reports --
@@ -200,13 +200,14 @@ class FrameServer:
 
     # -- frames out --
 
-    def _write(self, data: bytes) -> None:
-        """Queue frame bytes; they leave together at the end of this loop iteration (a reply and
-        its END share one packet), or at once when :data:`COALESCE_BYTES` are waiting."""
+    def _write(self, parts: list[Piece]) -> None:
+        """Queue a frame's parts; they leave together at the end of this loop iteration (a reply
+        and its END share one packet), or at once when :data:`COALESCE_BYTES` are waiting. The
+        carrier joins them, once."""
         if not self._pending:
             asyncio.get_running_loop().call_soon(self._flush)
-        self._pending.append(data)
-        self._pending_bytes += len(data)
+        self._pending += parts
+        self._pending_bytes += sum(map(len, parts))
         if self._pending_bytes >= COALESCE_BYTES:
             self._flush()
 
@@ -280,7 +281,7 @@ class FrameServer:
         if self.carrier.is_closing():
             return
         detail = b"" if error is None else error_to_wire(error).SerializeToString()
-        self._write(self.frames.send(End(detail)))
+        self._write([self.frames.send(End(detail))])
         self._maybe_next_call()
         if self.frames.closed_by_peer or self.closing:
             self._flush()

@@ -26,9 +26,9 @@ FRAMES_METHOD: Final = f"/{SERVICE_NAME}/Frames"
 _DATA_FIELD: Final = pb.FrameBytes.DESCRIPTOR.fields_by_name["data"].number
 
 MAX_PIECE_BYTES: Final = 1024 * 1024 + 4096
-"""Largest ``FrameBytes`` sent (a longer frame spans several): room for the largest output
-event (1 MiB) and its headers, which therefore always leaves in one message, and little more, so
-that what grpc holds for a stream stays small."""
+"""Largest ``FrameBytes`` sent: room for the largest output event (1 MiB) and its headers, and
+little more, so that what grpc holds for a stream stays small. Frames are a byte stream: one may
+begin in a message and end in the next."""
 
 HIGH_WATER_BYTES: Final = 2 * MAX_PIECE_BYTES
 """Bytes waiting to be written at which a call's sends wait: backpressure."""
@@ -84,9 +84,9 @@ class StreamCarrier:
                 return
 
     def _next_piece(self) -> bytes:
-        """The next serialized ``FrameBytes``: the queued frames, in order, that fit in
-        :data:`MAX_PIECE_BYTES` (a longer frame is cut, uncopied), joined with the field's tag
-        and length in one copy."""
+        """The next serialized ``FrameBytes``: at most :data:`MAX_PIECE_BYTES` of the queued
+        frame parts, in order (the part that crosses the limit is cut, uncopied), joined with
+        the field's tag and length in one copy: the only copy of a reply's bytes here."""
         pending = self._pending
         parts: list[bytes | memoryview] = []
         size = 0
@@ -94,8 +94,6 @@ class StreamCarrier:
             part = pending[0]
             room = MAX_PIECE_BYTES - size
             if len(part) > room:
-                if parts:  # whole frames leave whole: the rest goes in the next piece
-                    break
                 view = memoryview(part)
                 part, pending[0] = view[:room], view[room:]
             else:
@@ -107,7 +105,7 @@ class StreamCarrier:
 
     # -- the Carrier protocol --
 
-    def writelines(self, parts: list[bytes]) -> None:
+    def writelines(self, parts: list[bytes | memoryview]) -> None:
         self._pending.extend(parts)
         self._pending_bytes += sum(map(len, parts))
         self._wake.set()

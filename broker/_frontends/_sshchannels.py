@@ -432,8 +432,8 @@ class FrameChannel(_Kind):
 
     # -- the carrier --
 
-    def writelines(self, parts: list[bytes]) -> None:
-        self.chan.writelines(parts)
+    def writelines(self, parts: list[bytes | memoryview]) -> None:
+        self.chan.writelines(parts)  # asyncssh joins them: the one copy before its packets
 
     def pause_reading(self) -> None:
         self.chan.pause_reading()

@@ -320,3 +320,36 @@ async def test_a_broker_without_frames_is_named_as_the_reason() -> None:
                 await asyncio.wait_for(ops.exec("true", "/w", on_data=lambda _: None), 10)
     finally:
         await server.stop(None)
+
+
+class _Written:
+    """A servicer context that keeps what the carrier writes (serialized ``FrameBytes``)."""
+
+    def __init__(self) -> None:
+        self.messages: list[bytes] = []
+
+    async def write(self, message: bytes) -> None:
+        self.messages.append(message)
+
+
+async def test_the_carrier_sends_queued_parts_in_order_in_bounded_messages() -> None:
+    from broker._frontends._grpcframes import MAX_PIECE_BYTES, StreamCarrier
+
+    data = os.urandom(3 * MAX_PIECE_BYTES + 12345)
+    view = memoryview(data)
+    # frames' parts as FrameServer queues them: headers, small replies, views of big output
+    parts: list[bytes | memoryview] = [b"\x00\x00\x00\x05\x02", view[:7], view[7:300_000]]
+    parts += [view[300_000:2_500_000], data[2_500_000:]]
+    context = _Written()
+    carrier = StreamCarrier(context)  # type: ignore[arg-type]
+    carrier.writelines(parts[:3])
+    carrier.writelines(parts[3:])
+    carrier.close()
+    await asyncio.wait_for(carrier.writer, 10)
+    received = []
+    for message in context.messages:
+        piece = pb.FrameBytes.FromString(message).data
+        assert 0 < len(piece) <= MAX_PIECE_BYTES
+        received.append(piece)
+    assert b"".join(received) == b"".join(parts)
+    assert [len(p) for p in received[:-1]] == [MAX_PIECE_BYTES] * (len(received) - 1)

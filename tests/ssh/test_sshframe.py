@@ -368,14 +368,16 @@ def test_eof_inside_a_frame_left_in_the_received_bytes() -> None:
         conn.next_event()
 
 
-def test_send_message_is_the_frame_of_the_joined_pieces() -> None:
+def test_send_message_is_the_frame_of_the_joined_pieces_uncopied() -> None:
     states = {CLIENT: State.SEND, SERVER: State.SEND}
     data = bytes(range(256)) * 40
     parts: list[bytes | memoryview] = [b"\x12\x80\x50", memoryview(data)[:5000], data[5000:]]
     conn = _conn(CLIENT, states)
-    assert conn.send_message(parts) == _conn(CLIENT, states).send(Message(b"".join(parts)))
+    frame = conn.send_message(parts)
+    assert b"".join(frame) == _conn(CLIENT, states).send(Message(b"".join(parts)))
+    assert all(a is b for a, b in zip(frame[1:], parts, strict=True))  # the pieces themselves
     assert conn.states == states
-    assert conn.send_message([]) == bytes.fromhex("0000000102")
+    assert conn.send_message([]) == [bytes.fromhex("0000000102")]
 
 
 def test_send_message_refuses_what_send_refuses() -> None:

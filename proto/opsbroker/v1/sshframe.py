@@ -31,8 +31,8 @@ sides are ``DONE``, :meth:`FrameConnection.start_next_call` lets the channel car
 Closing the channel is the other way to cancel a call.
 
 Bulk data (command output, file content) crosses in messages whose only field is one ``bytes``
-field. :meth:`FrameConnection.send_message` frames such a message from its pieces in one copy
-(:func:`bytes_field_prefix` gives the field's tag and length), and :func:`bytes_field_offset`
+field. :meth:`FrameConnection.send_message` frames such a message from its pieces without
+copying them (:func:`bytes_field_prefix` gives the field's tag and length), and :func:`bytes_field_offset`
 finds the field's value in a received message without parsing it: neither builds the message.
 Received bytes are held as they came; each frame's body is cut out of them with one copy, however
 many receives it spans.
@@ -398,9 +398,10 @@ class FrameConnection:
             raise
         return _HEADER.pack(length, event.kind) + body
 
-    def send_message(self, parts: Sequence[bytes | memoryview]) -> bytes:
-        """The bytes of a :class:`Message` frame whose message is ``parts`` joined, built with
-        one copy of them (``send(Message(b"".join(parts)))`` makes two).
+    def send_message(self, parts: Sequence[bytes | memoryview]) -> list[bytes | memoryview]:
+        """The :class:`Message` frame whose message is ``parts`` joined, as parts to write in
+        order: its header, then ``parts`` themselves, uncopied. The carrier joins them once
+        with what else it sends (``send(Message(b"".join(parts)))`` copies them twice).
 
         Raises:
             LocalProtocolError: as :meth:`send`.
@@ -413,7 +414,7 @@ class FrameConnection:
         except LocalProtocolError:
             self._fail()
             raise
-        return b"".join((_HEADER.pack(length, Message.kind), *parts))
+        return [_HEADER.pack(length, Message.kind), *parts]
 
     def receive_data(self, data: bytes | memoryview) -> None:
         """Take bytes received from the peer; ``b""`` means the peer closed its side (EOF).
