@@ -998,6 +998,7 @@ def tree_growth() -> None:
 
 CPU_CALLS = 300  # sequential execs per CPU figure
 CPU_GOAL_S = 0.7e-3  # broker CPU per exec("true") to reach (issue 20)
+COLD_PAUSE_S = 2e-3  # idle between execs for the core's cold figure: a client's round trip
 
 
 def _thread_cpu(pid: int) -> float:
@@ -1040,19 +1041,25 @@ async def _cpu_of(pid: int, workload: Callable[[], Awaitable[object]], n: int) -
     return _Cpu(broker, shells, client, wall)
 
 
-async def _core_cpu(n: int) -> float:
+async def _core_cpu(n: int, pause: float = 0.0) -> float:
     """CPU seconds per ``exec("true")`` of the broker core embedded in this process (no
-    transport; the shells are children, counted apart by the kernel)."""
+    transport; the shells are children, counted apart by the kernel), with ``pause`` seconds of
+    idling between execs: a broker between requests is idle, and the same code costs more CPU
+    when it runs cold (caches and predictors filled by others meanwhile)."""
     from broker import Broker
 
     with tempfile.TemporaryDirectory(prefix="opsbroker-bench-") as root:
         async with Broker(root) as core:
             for _ in range(20):
                 await core.exec("true", root, on_data=lambda _: None)
-            start = time.process_time()
+            spent = 0.0
             for _ in range(n):
+                if pause:
+                    await asyncio.sleep(pause)
+                start = time.process_time()
                 await core.exec("true", root, on_data=lambda _: None)
-            return (time.process_time() - start) / n
+                spent += time.process_time() - start
+            return spent / n
 
 
 async def _transport_floor(n: int) -> tuple[float, float, float, float]:
@@ -1157,12 +1164,14 @@ def exec_cpu() -> None:
 
     async def run() -> None:
         core = await _core_cpu(CPU_CALLS)
+        cold = await _core_cpu(CPU_CALLS, pause=COLD_PAUSE_S)
         grpc_floor, unary_floor, pair_floor, ssh_floor = await _transport_floor(CPU_CALLS)
         # The gRPC client runs exec on pooled Frames streams: its bare transport is a message
         # pair on an open stream (a streaming call per exec, as a Run RPC, is shown beside it).
         floor = {"gRPC": pair_floor, "SSH": ssh_floor}
         print(
-            f"exec_cpu floor: broker core {_ms(core)} per exec in process (no transport); bare "
+            f"exec_cpu floor: broker core {_ms(core)} per exec in process (no transport), "
+            f"{_ms(cold)} with {COLD_PAUSE_S * 1e3:g} ms idle between execs; bare "
             f"grpc.aio server {_ms(pair_floor)} per message pair on one open stream "
             f"({_ms(grpc_floor)} per one-message streaming call, {_ms(unary_floor)} per unary "
             f"call); bare asyncssh server {_ms(ssh_floor)} per message round trip on an open "
