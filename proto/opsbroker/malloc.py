@@ -48,8 +48,9 @@ def tune_allocator() -> bool:
     """Set glibc's mmap and trim thresholds for streaming (see the module docstring).
 
     Call it early in a process that moves large reads: ``opsbroker serve`` does, and so does the
-    SSH backend when it connects (unless told not to). The settings are process-wide, which is why
-    nothing does it on import; calls after the first do nothing and return the first's result.
+    SSH backend when it connects if given ``tune_allocator=True``. The settings are process-wide,
+    which is why nothing does it on import; calls after the first do nothing and return the
+    first's result.
 
     Returns:
         whether the settings were applied: ``False`` off glibc, or when the operator set them.
