@@ -507,10 +507,12 @@ class _GrpcBench:
                 fcntl.fcntl(read_fd, _F_SETPIPE_SZ, PIPE_SIZE)
             os.set_blocking(read_fd, False)
             try:
-                proc = await asyncio.create_subprocess_exec(
-                    "head", "-c", request.decode(), "/dev/zero", stdout=write_fd
-                )
-                os.close(write_fd)
+                try:
+                    proc = await asyncio.create_subprocess_exec(
+                        "head", "-c", request.decode(), "/dev/zero", stdout=write_fd
+                    )
+                finally:
+                    os.close(write_fd)
                 while True:
                     try:
                         data = os.read(read_fd, PIPE_SIZE)

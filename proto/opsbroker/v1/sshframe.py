@@ -32,8 +32,9 @@ Closing the channel is the other way to cancel a call.
 
 Bulk data (command output, file content) crosses in messages whose only field is one ``bytes``
 field. :meth:`FrameConnection.send_message` frames such a message from its pieces without
-copying them (:func:`bytes_field_prefix` gives the field's tag and length), and :func:`bytes_field_offset`
-finds the field's value in a received message without parsing it: neither builds the message.
+copying them (:func:`bytes_field_prefix` gives the field's tag and length), and
+:func:`bytes_field_offset` finds the field's value in a received message without parsing it:
+neither builds the message.
 Received bytes are held as they came; each frame's body is cut out of them with one copy, however
 many receives it spans.
 """
