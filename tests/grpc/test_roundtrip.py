@@ -11,6 +11,7 @@ from operations import (
     ExecResult,
     FileKind,
     InMemoryOperations,
+    InvalidArgument,
     IsADirectory,
     KillReason,
     NotFound,
@@ -84,3 +85,28 @@ async def test_exec_timeout_is_enforced_by_the_broker(tmp_path: Path) -> None:
     async with serving(tmp_path, memory) as server, client(server) as ops:
         result = await ops.exec("forever", ops.root, on_data=lambda _: None, timeout=0.05)
         assert result == ExecResult(None, KillReason.TIMEOUT)
+
+
+@pytest.mark.parametrize("tune", [True, False])
+async def test_tune_allocator_is_applied_only_when_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tune: bool
+) -> None:
+    from agent_side._remote import grpc as grpc_backend
+
+    calls: list[int] = []
+    monkeypatch.setattr(grpc_backend.malloc, "tune_allocator", lambda: calls.append(1) or True)
+    async with serving(tmp_path, None) as server:
+        backend = client(server, tune_allocator=tune)
+        try:
+            await backend.open()
+            await backend.open()  # idempotent: the channel, and the setting, are made once
+        finally:
+            await backend.aclose()
+    assert calls == ([1] if tune else [])
+
+
+async def test_tune_allocator_must_be_a_bool() -> None:
+    from agent_side import connect
+
+    with pytest.raises(InvalidArgument, match="tune_allocator must be True or False, not 'yes'"):
+        connect("grpc://127.0.0.1:1", tune_allocator="yes")
