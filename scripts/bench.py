@@ -36,7 +36,7 @@ from opsbroker.v1.codec import CHUNK_BYTES
 from broker import Broker
 from broker._cgroup import CgroupTree
 from broker._landlock import Sandbox, landlock_abi
-from broker._process import _F_SETPIPE_SZ, PIPE_SIZE, ProcessManager
+from broker._process import _F_SETPIPE_SZ, PIPE_SIZE, ProcessManager, _readable
 from broker._rg import rg_path
 from broker._shell import bash_argv
 
@@ -501,7 +501,6 @@ class _GrpcBench:
         async def output_stream(request: bytes, context: object) -> object:
             # The bare stream of a command's output: what the command writes to a pipe (1 MiB,
             # as the broker's), yielded as it is read (the floor of exec, same producer).
-            loop = asyncio.get_running_loop()
             read_fd, write_fd = os.pipe()
             with contextlib.suppress(OSError):
                 fcntl.fcntl(read_fd, _F_SETPIPE_SZ, PIPE_SIZE)
@@ -517,12 +516,7 @@ class _GrpcBench:
                     try:
                         data = os.read(read_fd, PIPE_SIZE)
                     except BlockingIOError:
-                        readable = loop.create_future()
-                        loop.add_reader(read_fd, readable.set_result, None)
-                        try:
-                            await readable
-                        finally:
-                            loop.remove_reader(read_fd)
+                        await _readable(read_fd)
                         continue
                     if not data:
                         break

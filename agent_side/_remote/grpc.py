@@ -61,7 +61,7 @@ from opsbroker.v1.codec import (
     kind_from_wire,
     stat_from_wire,
 )
-from opsbroker.v1.sshframe import DEFAULT_MAX_FRAME_SIZE, bytes_field_prefix
+from opsbroker.v1.sshframe import DEFAULT_MAX_FRAME_SIZE, bytes_field_message
 
 from operations import (
     Aborted,
@@ -773,9 +773,8 @@ class _FramesCall(FrameStream):
             while True:
                 await self._wake.wait()
                 self._wake.clear()
-                while pending:  # a serialized FrameBytes: its field's prefix, then the bytes
-                    size = sum(map(len, pending))
-                    data = b"".join([bytes_field_prefix(_FRAME_DATA_FIELD, size), *pending])
+                while pending:  # one serialized FrameBytes of what is queued
+                    data = bytes_field_message(_FRAME_DATA_FIELD, pending)
                     pending.clear()
                     await call.write(data)
         except Exception as exc:

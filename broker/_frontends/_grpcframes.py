@@ -14,7 +14,7 @@ from typing import Any, Final
 
 import grpc.aio
 from opsbroker.v1 import broker_pb2 as pb
-from opsbroker.v1.sshframe import bytes_field_prefix
+from opsbroker.v1.sshframe import bytes_field_message
 
 from ._grpcwire import SERVICE_NAME, Undecodable
 
@@ -101,7 +101,7 @@ class StreamCarrier:
             parts.append(part)
             size += len(part)
         self._pending_bytes -= size
-        return b"".join([bytes_field_prefix(_DATA_FIELD, size), *parts])
+        return bytes_field_message(_DATA_FIELD, parts)
 
     # -- the Carrier protocol --
 

@@ -10,7 +10,7 @@ buffer lands on pages the kernel must fault in and zero again: a 64 MiB read ove
 keeps those pages and hands them out again: no faults, 2.5x the throughput.
 
 Both ends move the same buffers, so this lives in the wire package: ``opsbroker serve`` tunes the
-broker, and the SSH backend tunes a client that asks for it (``tune_allocator=True``).
+broker, and the SSH and gRPC backends tune a client that asks for it (``tune_allocator=True``).
 
 Only glibc is tuned; with another C library (musl) nothing changes. An operator who set
 ``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_`` or ``GLIBC_TUNABLES`` keeps their choice.
@@ -47,10 +47,10 @@ _OPERATOR_SETTINGS: Final = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_",
 def tune_allocator() -> bool:
     """Set glibc's mmap and trim thresholds for streaming (see the module docstring).
 
-    Call it early in a process that moves large reads: ``opsbroker serve`` does, and so does the
-    SSH backend when it connects if given ``tune_allocator=True``. The settings are process-wide,
-    which is why nothing does it on import; calls after the first do nothing and return the
-    first's result.
+    Call it early in a process that moves large reads: ``opsbroker serve`` does, and so do the
+    SSH and gRPC backends when they connect if given ``tune_allocator=True``. The settings are
+    process-wide, which is why nothing does it on import; calls after the first do nothing and
+    return the first's result.
 
     Returns:
         whether the settings were applied: ``False`` off glibc, or when the operator set them.

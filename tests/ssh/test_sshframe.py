@@ -21,6 +21,7 @@ from opsbroker.v1.sshframe import (
     Request,
     Role,
     State,
+    bytes_field_message,
     bytes_field_offset,
     bytes_field_prefix,
 )
@@ -421,6 +422,13 @@ OTHER_MESSAGES: list[tuple[str, bytes]] = [
 @pytest.mark.parametrize(("name", "message"), OTHER_MESSAGES, ids=lambda v: str(v)[:30])
 def test_bytes_field_offset_refuses_other_messages(name: str, message: bytes) -> None:
     assert bytes_field_offset(message, 1) is None
+
+
+def test_bytes_field_message_is_the_message_of_the_joined_parts() -> None:
+    data = bytes(range(256)) * 600
+    parts = [data[:10], memoryview(data)[10:150_000], data[150_000:]]
+    assert bytes_field_message(1, parts) == pb.FrameBytes(data=data).SerializeToString()
+    assert bytes_field_message(1, []) == pb.ExecEvent(output=b"").SerializeToString()
 
 
 def test_bytes_field_prefix_checks_its_arguments() -> None:

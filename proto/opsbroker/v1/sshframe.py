@@ -68,6 +68,7 @@ __all__ = [
     "Request",
     "Role",
     "State",
+    "bytes_field_message",
     "bytes_field_offset",
     "bytes_field_prefix",
 ]
@@ -310,6 +311,12 @@ def bytes_field_prefix(field: int, size: int) -> bytes:
     if size < 0:
         raise ValueError(f"size must be >= 0, got {size}")
     return _varint(field << 3 | 2) + _varint(size)
+
+
+def bytes_field_message(field: int, parts: Sequence[bytes | memoryview]) -> bytes:
+    """The serialized message whose only field is ``bytes`` field ``field`` holding
+    ``b"".join(parts)``, built with one copy of the parts (a ``FrameBytes`` of queued frames)."""
+    return b"".join([bytes_field_prefix(field, sum(map(len, parts))), *parts])
 
 
 def bytes_field_offset(message: bytes, field: int) -> int | None:
