@@ -8,13 +8,18 @@ call as the broker answers ``exec("true")``: gRPC, a server-streaming call that 
 message and ends (and, for comparison, a unary call); SSH, one small reply to each small message
 on a session channel the client keeps open (as our SSH client reuses its channels). gRPC's
 ``Stream`` writes ``COUNT`` messages of ``SIZE`` bytes (the request is ``b"COUNT SIZE"``): the
-floor of a streamed read. gRPC's ``Pairs`` answers each message on one open bidirectional
-stream with one small message: what an exec would cost if many shared one call.
+floor of a streamed read. gRPC's ``Output`` streams what ``head -c SIZE /dev/zero`` writes to a
+pipe (the request is ``b"SIZE"``), each read of the pipe as one message: the floor of command
+output, with the same producer as our exec. gRPC's ``Pairs`` answers each message on one open
+bidirectional stream with one small message: what an exec would cost if many shared one call.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
+import os
 import sys
 from collections.abc import AsyncIterator
 
@@ -24,6 +29,8 @@ import grpc.aio
 
 REPLY = b"\x12\x02\x08\x00"  # the size of an ExecEvent carrying an exit code
 METHOD = "/bench.Floor/Run"
+PIPE_SIZE = 1024 * 1024  # the output pipe's kernel buffer, as the broker's (broker._process)
+F_SETPIPE_SZ = 1031
 
 
 async def _run(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> None:
@@ -35,6 +42,49 @@ async def _stream(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes
     payload = bytes(size)
     for _ in range(count):
         await context.write(payload)
+
+
+async def output_stream(request: bytes, context: object) -> AsyncIterator[bytes]:
+    """The bare stream of a command's output: what ``head -c SIZE /dev/zero`` writes to a pipe
+    of the broker's size, each read (of up to the pipe's size) yielded as one message."""
+    read_fd, write_fd = os.pipe()
+    with contextlib.suppress(OSError):
+        fcntl.fcntl(read_fd, F_SETPIPE_SZ, PIPE_SIZE)
+    os.set_blocking(read_fd, False)
+    try:
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                "head", "-c", request.decode(), "/dev/zero", stdout=write_fd
+            )
+        finally:
+            os.close(write_fd)
+        while True:
+            try:
+                data = os.read(read_fd, PIPE_SIZE)
+            except BlockingIOError:
+                await _readable(read_fd)
+                continue
+            if not data:
+                break
+            yield data
+        await proc.wait()
+    finally:
+        os.close(read_fd)
+
+
+async def _readable(fd: int) -> None:
+    loop = asyncio.get_running_loop()
+    ready: asyncio.Future[None] = loop.create_future()
+
+    def wake() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    loop.add_reader(fd, wake)
+    try:
+        await ready
+    finally:
+        loop.remove_reader(fd)
 
 
 async def _pairs(
@@ -73,6 +123,7 @@ async def main() -> None:
         "Echo": grpc.unary_unary_rpc_method_handler(_echo),
         "Stream": grpc.unary_stream_rpc_method_handler(_stream),
         "Pairs": grpc.stream_stream_rpc_method_handler(_pairs),
+        "Output": grpc.unary_stream_rpc_method_handler(output_stream),
     }
     generic = grpc.method_handlers_generic_handler("bench.Floor", handlers)
     server = grpc.aio.server()

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
-import fcntl
 import functools
 import math
 import os
@@ -29,14 +28,16 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent / "proto"))  # generated wire code
+sys.path.insert(2, str(Path(__file__).resolve().parent))  # the bare servers beside this script
 
+from _floor_servers import output_stream
 from opsbroker.malloc import tune_allocator
 from opsbroker.v1.codec import CHUNK_BYTES
 
 from broker import Broker
 from broker._cgroup import CgroupTree
 from broker._landlock import Sandbox, landlock_abi
-from broker._process import _F_SETPIPE_SZ, PIPE_SIZE, ProcessManager, _readable
+from broker._process import ProcessManager
 from broker._rg import rg_path
 from broker._shell import bash_argv
 
@@ -497,33 +498,6 @@ class _GrpcBench:
             payload = os.urandom(GRPC_CHUNK)
             for _ in range(count):
                 yield payload
-
-        async def output_stream(request: bytes, context: object) -> object:
-            # The bare stream of a command's output: what the command writes to a pipe (1 MiB,
-            # as the broker's), yielded as it is read (the floor of exec, same producer).
-            read_fd, write_fd = os.pipe()
-            with contextlib.suppress(OSError):
-                fcntl.fcntl(read_fd, _F_SETPIPE_SZ, PIPE_SIZE)
-            os.set_blocking(read_fd, False)
-            try:
-                try:
-                    proc = await asyncio.create_subprocess_exec(
-                        "head", "-c", request.decode(), "/dev/zero", stdout=write_fd
-                    )
-                finally:
-                    os.close(write_fd)
-                while True:
-                    try:
-                        data = os.read(read_fd, PIPE_SIZE)
-                    except BlockingIOError:
-                        await _readable(read_fd)
-                        continue
-                    if not data:
-                        break
-                    yield data
-                await proc.wait()
-            finally:
-                os.close(read_fd)
 
         handlers = {
             "Echo": grpc.unary_unary_rpc_method_handler(echo),
