@@ -33,6 +33,7 @@ from types import TracebackType
 from typing import Any, Final, Self
 
 import asyncssh
+from opsbroker.sshpackets import skip_empty_ignores
 from opsbroker.v1.sshframe import (
     DEFAULT_MAX_FRAME_SIZE,
     HEADER_BYTES,
@@ -321,6 +322,7 @@ class _BrokerServer(asyncssh.SSHServer):
 
     def connection_made(self, conn: asyncssh.SSHServerConnection) -> None:
         self.conn = conn
+        skip_empty_ignores(conn)  # asyncssh's ignore packet before each one: CBC's only
         peer = conn.get_extra_info("peername")
         self._peer = f"{peer[0]}:{peer[1]}" if peer else None
         self.frontend._connections.add(conn)
