@@ -86,7 +86,7 @@ OUTPUT_EVENT_BYTES: Final = CHANNEL_MAX_PACKET - HEADER_BYTES - 4
 READ_CHUNK_BYTES: Final = OUTPUT_EVENT_BYTES
 """ReadFile's pieces: framed as a MESSAGE (its ``Chunk`` adds a tag and a 3-byte length), each
 fills one SSH packet of our client's exactly. A piece a few bytes longer spills into a nearly
-empty packet more (with asyncssh's MSG_IGNORE before each): 12% more CPU per read."""
+empty packet more (then with asyncssh's MSG_IGNORE before each): 12% more CPU per read."""
 
 
 def load_or_create_host_key(path: str | os.PathLike[str]) -> asyncssh.SSHKey:
