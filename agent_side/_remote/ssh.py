@@ -252,7 +252,7 @@ class SSHBackend:
                 raise Unauthenticated("connect", where, f"key refused: {exc}") from None
             except (OSError, asyncssh.Error) as exc:
                 raise Unavailable("connect", where, f"cannot reach the broker: {exc}") from None
-            skip_empty_ignores(self._conn)  # asyncssh's ignore packet before each one: CBC's only
+            skip_empty_ignores(self._conn)  # no CBC countermeasure packets under AEAD or CTR
             self._capabilities = await self._unary(
                 "Capabilities", pb.CapabilitiesRequest(), pb.CapabilitiesReply
             )

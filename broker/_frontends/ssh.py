@@ -322,7 +322,7 @@ class _BrokerServer(asyncssh.SSHServer):
 
     def connection_made(self, conn: asyncssh.SSHServerConnection) -> None:
         self.conn = conn
-        skip_empty_ignores(conn)  # asyncssh's ignore packet before each one: CBC's only
+        skip_empty_ignores(conn)  # no CBC countermeasure packets under AEAD or CTR
         peer = conn.get_extra_info("peername")
         self._peer = f"{peer[0]}:{peer[1]}" if peer else None
         self.frontend._connections.add(conn)
