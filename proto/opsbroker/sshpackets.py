@@ -18,17 +18,15 @@ connection's cipher is one of :data:`NO_IV_CHAINING` (a CBC or unknown cipher ke
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
-if TYPE_CHECKING:
-    import asyncssh
+import asyncssh
+from asyncssh.constants import MSG_IGNORE
+from asyncssh.packet import String
 
-__all__ = ["MSG_IGNORE", "NO_IV_CHAINING", "skip_empty_ignores"]
+__all__ = ["NO_IV_CHAINING", "skip_empty_ignores"]
 
-MSG_IGNORE: Final = 2
-"""``SSH_MSG_IGNORE`` (RFC 4253, 11.2)."""
-
-_EMPTY: Final = (b"\x00\x00\x00\x00",)
+_EMPTY: Final = (String(b""),)
 """The arguments of asyncssh's inserted ignore packet: one empty string."""
 
 NO_IV_CHAINING: Final = frozenset(
