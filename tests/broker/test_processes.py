@@ -24,6 +24,7 @@ from operations import (
     PtySize,
     Stream,
 )
+from tests.conformance._commands import SHORT_LIMIT_S
 
 from ._procscan import MARK_VAR, all_gone, kill_pids, new_marker, survivors
 
@@ -184,8 +185,8 @@ async def test_idle_timeout_kills(broker: Broker) -> None:
 
 
 async def test_output_keeps_the_idle_timeout_away(broker: Broker) -> None:
-    command = "for i in 1 2 3 4 5 6; do echo $i; sleep 0.1; done"
-    info = await broker.processes.start(command, broker.root, idle_timeout=0.4)
+    command = "for i in 1 2 3 4 5 6; do echo $i; sleep 0.5; done"  # 3 s, in steps of 0.5
+    info = await broker.processes.start(command, broker.root, idle_timeout=SHORT_LIMIT_S)
     done = await asyncio.wait_for(broker.processes.wait(info.id), 5)
     assert (done.state, done.exit_code) == (ProcessState.EXITED, 0)
 
@@ -300,9 +301,9 @@ async def test_no_survivors(tmp_path: Path, name: str, ending: str) -> None:
     try:
         options: dict[str, float] = {}
         if ending == "timeout":
-            options["timeout"] = 0.5
+            options["timeout"] = SHORT_LIMIT_S
         elif ending == "idle":
-            options["idle_timeout"] = 0.5
+            options["idle_timeout"] = SHORT_LIMIT_S
         info = await b.processes.start(LEAKERS[name], b.root, env=env, **options)  # type: ignore[arg-type]
         await started(b, info.id)
         assert survivors(marker)

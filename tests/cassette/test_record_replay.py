@@ -17,6 +17,7 @@ from agent_side import AssistantMessage, ToolCall, connect
 from agent_side.loop import execute_tool_calls
 from agent_side.tools import create_all_tools
 from operations import Backend, CassetteMismatch, InMemoryOperations, ReplayOperations
+from tests.conformance._commands import SHORT_LIMIT_S
 
 
 def _message(*calls: tuple[str, dict[str, Any]]) -> AssistantMessage:
@@ -171,11 +172,13 @@ async def test_a_timeout_replays_as_a_timeout(tmp_path: Path) -> None:
     cassette = tmp_path / "t.cassette"
     async with connect(f"local:{root}", record=cassette) as ops:
         result = await ops.exec(
-            "echo start; sleep 5", str(root), on_data=list().append, timeout=0.3
+            "echo start; sleep 5", str(root), on_data=list().append, timeout=SHORT_LIMIT_S
         )
     assert result.kill_reason is not None
     out: list[bytes] = []
     async with InMemoryOperations.from_cassette(cassette, time_scale=0.01) as replay:
-        again = await replay.exec("echo start; sleep 5", str(root), on_data=out.append, timeout=0.3)
+        again = await replay.exec(
+            "echo start; sleep 5", str(root), on_data=out.append, timeout=SHORT_LIMIT_S
+        )
     assert again == result
     assert out == [b"start\n"]

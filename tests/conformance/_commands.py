@@ -16,6 +16,9 @@ ECHO_HI = "echo hi"
 EXIT_3 = "exit 3"
 SLEEP = "sleep 30"
 START_THEN_SLEEP = "echo start; sleep 30"
+SHORT_LIMIT_S = 2.0
+"""A timeout or idle timeout for a command that must say something before it fires: short for a
+test, long enough that bash can start, write and be seen first on a loaded machine (0.5 s was not)."""
 PWD = "pwd"
 PRINTF_NO_NEWLINE = "printf 'a\\nb'"
 ECHO_ENV = "echo $OPSBROKER_TEST_VAR"

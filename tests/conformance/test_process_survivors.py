@@ -27,7 +27,7 @@ from operations import (
     ProcessState,
 )
 from tests.broker._procscan import MARK_VAR, kill_pids, new_marker, survivors
-from tests.conformance._commands import ESCAPES
+from tests.conformance._commands import ESCAPES, SHORT_LIMIT_S
 from tests.conformance._workspace import DiskWorkspace, Workspace
 from tests.conformance.conftest import BACKENDS
 from tests.ssh._procs import wait_for
@@ -97,7 +97,7 @@ async def assert_nothing_left(ws: Workspace, procs: ProcessOperations, marker: s
 @pytest.mark.parametrize("ending", sorted(ENDINGS))
 @pytest.mark.parametrize("escape", sorted(ESCAPES))
 async def test_nothing_survives(ws: Workspace, escape: str, ending: str) -> None:
-    limits = {} if ending == "kill" else {ending: 0.5}
+    limits = {} if ending == "kill" else {ending: SHORT_LIMIT_S}
     async with escape_started(ws, escape, **limits) as (procs, info, marker):
         async with asyncio.timeout(WAIT_S):
             end = await (procs.kill(info.id) if ending == "kill" else procs.wait(info.id))

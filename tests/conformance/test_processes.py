@@ -20,7 +20,14 @@ from operations import (
     ProcessState,
     PtySize,
 )
-from tests.conformance._commands import ECHO_HI, ON_A_TERMINAL, SEQ, SLEEP, START_THEN_SLEEP
+from tests.conformance._commands import (
+    ECHO_HI,
+    ON_A_TERMINAL,
+    SEQ,
+    SHORT_LIMIT_S,
+    SLEEP,
+    START_THEN_SLEEP,
+)
 from tests.conformance._workspace import Workspace
 
 WAIT_S = 20.0  # every wait here is bounded
@@ -116,7 +123,7 @@ async def test_a_signal_ends_a_process(ws: Workspace) -> None:
 async def test_a_timeout_kills_the_process(ws: Workspace, limit: str) -> None:
     """A lifetime or an idle timeout ends the process with that kill reason, and no exit code."""
     procs = processes(ws)
-    info = await procs.start(START_THEN_SLEEP, ws.root, **{limit: 0.5})  # type: ignore[arg-type]
+    info = await procs.start(START_THEN_SLEEP, ws.root, **{limit: SHORT_LIMIT_S})  # type: ignore[arg-type]
     async with asyncio.timeout(WAIT_S):
         end = await procs.wait(info.id)
     want = KillReason.TIMEOUT if limit == "timeout" else KillReason.IDLE_TIMEOUT
