@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import io
 import os
 import urllib.parse
@@ -137,6 +138,17 @@ class _ChannelSession(FrameStream, asyncssh.SSHClientSession[bytes]):
             self.chan.close()
 
 
+_FIXED_OPTIONS: Final = frozenset({"agent_path", "password", "kbdint_auth", "encoding"})
+"""asyncssh options the backend sets itself (:meth:`SSHBackend.connect`)."""
+
+_ASYNCSSH_OPTIONS: Final = frozenset(
+    inspect.signature(asyncssh.SSHClientConnectionOptions.prepare).parameters
+) - {"self", "host", "port", "username", "client_keys", "known_hosts", *_FIXED_OPTIONS}
+"""The other ``asyncssh.connect`` options a caller may pass through (``connect_timeout``,
+``keepalive_interval``, ``config``, ...): asyncssh's own list, so that a misspelt name is an
+error here, not a ``TypeError`` at the first call."""
+
+
 class SSHBackend:
     """A broker reached over SSH; implements every Operations interface.
 
@@ -153,7 +165,7 @@ class SSHBackend:
         tune_allocator: set glibc's allocator thresholds for large transfers when connecting
             (:func:`opsbroker.malloc.tune_allocator`). Off by default: the setting is process-wide,
             the embedding application's to make; on, large transfers fault less here.
-        options: more ``asyncssh.connect`` options.
+        options: more ``asyncssh.connect`` options (a name it does not know is refused).
     """
 
     def __init__(
@@ -168,6 +180,29 @@ class SSHBackend:
         tune_allocator: bool = False,
         **options: Any,
     ) -> None:
+        where = f"ssh://{host}:{port}"
+        if not isinstance(tune_allocator, bool):
+            raise InvalidArgument(
+                "connect", where, f"tune_allocator must be True or False, not {tune_allocator!r}"
+            )
+        if type(max_frame_size) is not int or max_frame_size <= 0:
+            raise InvalidArgument(
+                "connect", where, f"max_frame_size must be a positive int, not {max_frame_size!r}"
+            )
+        if fixed := sorted(set(options) & _FIXED_OPTIONS):
+            raise InvalidArgument(
+                "connect",
+                where,
+                f"{', '.join(fixed)}: set by the SSH backend itself, which logs in with keys only "
+                "(no agent, password or prompt) and speaks bytes",
+            )
+        if unknown := sorted(set(options) - _ASYNCSSH_OPTIONS):
+            raise InvalidArgument(
+                "connect",
+                where,
+                f"unknown option(s) {', '.join(unknown)}: the SSH backend takes client_keys, "
+                "known_hosts, max_frame_size, tune_allocator and asyncssh's connection options",
+            )
         self._host = host
         self._port = port
         self._username = username
@@ -233,10 +268,11 @@ class SSHBackend:
             where = f"ssh://{self._host}:{self._port}"
             if self._tune_allocator:
                 malloc.tune_allocator()
-            try:
-                self._conn = await asyncssh.connect(
-                    self._host,
-                    self._port,
+            try:  # asyncssh checks the options' values (and reads key files) here
+                options = await asyncssh.SSHClientConnectionOptions.construct(
+                    None,
+                    host=self._host,
+                    port=self._port,
                     username=self._username,
                     client_keys=self._client_keys,
                     known_hosts=self._known_hosts,
@@ -246,6 +282,12 @@ class SSHBackend:
                     encoding=None,
                     **{"encryption_algs": PREFERRED_CIPHERS, **self._options},
                 )
+            except (TypeError, ValueError, OSError) as exc:
+                raise InvalidArgument(
+                    "connect", where, f"cannot use the SSH options: {exc}"
+                ) from None
+            try:
+                self._conn = await asyncssh.connect(self._host, self._port, options=options)
             except asyncssh.HostKeyNotVerifiable as exc:
                 raise Unauthenticated("connect", where, f"host key not trusted: {exc}") from None
             except asyncssh.PermissionDenied as exc:
