@@ -120,7 +120,10 @@ class BrokerConfig(BaseModel):
     policy: Path | None = None
     audit_log: Path | None = None
     health_without_token: bool = False
-    max_concurrent_streams: int = 256
+    max_concurrent_streams: int = 4096
+    """Streams one connection may hold open. The client runs each concurrent call on a stream of
+    its own, and a call past this limit waits, silently, for one to end: as many as the broker
+    takes calls (``max_concurrent_calls``), so that a client is refused, not stalled."""
     max_concurrent_calls: int = 4096
     shutdown_grace: float = 5.0
     ssh: list[str] = Field(default_factory=list)
