@@ -130,8 +130,20 @@ def _error(exc: grpc.aio.AioRpcError, op: str, path: str | None) -> OpsError:
             except Exception:
                 break
     code = exc.code()
+    if code is grpc.StatusCode.RESOURCE_EXHAUSTED and _CALL_LIMIT in (exc.details() or ""):
+        return Unavailable(
+            op,
+            path,
+            "the broker runs as many calls as it takes (its max_concurrent_calls); "
+            "retry once one has ended (gRPC RESOURCE_EXHAUSTED)",
+        )
     cls = _FROM_STATUS.get(code, OpsError)
     return cls(op, path, f"{exc.details() or 'call failed'} (gRPC {code.name})")
+
+
+_CALL_LIMIT = "Concurrent RPC limit exceeded"
+"""grpc's answer past a server's ``maximum_concurrent_rpcs``: ``RESOURCE_EXHAUSTED``, the code
+of a message over the size limit too, which stays ``TooLarge``."""
 
 
 _REFUSED = "Connection refused"

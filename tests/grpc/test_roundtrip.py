@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
 
 from operations import (
+    AbortController,
     EscapesRoot,
     ExecResult,
     FileKind,
@@ -15,6 +17,7 @@ from operations import (
     IsADirectory,
     KillReason,
     NotFound,
+    Unavailable,
 )
 from operations._memory import Symlink
 
@@ -110,3 +113,36 @@ async def test_tune_allocator_must_be_a_bool() -> None:
 
     with pytest.raises(InvalidArgument, match="tune_allocator must be True or False, not 'yes'"):
         connect("grpc://127.0.0.1:1", tune_allocator="yes")
+
+
+async def test_a_call_past_the_brokers_call_limit_is_unavailable_and_says_why(
+    tmp_path: Path,
+) -> None:
+    """Past ``max_concurrent_calls`` grpc answers RESOURCE_EXHAUSTED, as for a message too large:
+    the client reports the limit (``Unavailable``, worth a retry), not a size."""
+    async with serving(tmp_path, None, max_concurrent_calls=4) as server, client(server) as ops:
+        controllers = [AbortController() for _ in range(4)]
+        started = asyncio.Semaphore(0)
+        running = [
+            asyncio.create_task(
+                ops.exec(
+                    "echo start; sleep 30",
+                    ops.root,
+                    on_data=lambda _: started.release(),
+                    signal=c.signal,
+                )
+            )
+            for c in controllers
+        ]
+        try:
+            for _ in running:  # the 4 calls hold the broker's 4
+                await asyncio.wait_for(started.acquire(), 10)
+            with pytest.raises(Unavailable, match="max_concurrent_calls"):
+                await asyncio.wait_for(ops.exec("true", ops.root, on_data=lambda _: None), 10)
+        finally:
+            for c in controllers:
+                c.abort()
+            # At the limit the abort's AbortRun is refused too: each call ends when its stream is
+            # cut, exec_grace later.
+            ended = await asyncio.wait_for(asyncio.gather(*running, return_exceptions=True), 30)
+        assert ended == [ExecResult(None, KillReason.ABORTED)] * 4
