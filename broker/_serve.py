@@ -120,10 +120,11 @@ class BrokerConfig(BaseModel):
     policy: Path | None = None
     audit_log: Path | None = None
     health_without_token: bool = False
-    max_concurrent_streams: int = 4096
-    """Streams one connection may hold open. The client runs each concurrent call on a stream of
-    its own, and a call past this limit waits, silently, for one to end: as many as the broker
-    takes calls (``max_concurrent_calls``), so that a client is refused, not stalled."""
+    max_concurrent_streams: int | None = None
+    """Streams one connection may hold open; default one more than ``max_concurrent_calls``.
+    The client runs each concurrent call on a stream of its own, and grpc holds a call past this
+    limit, silently, until a stream ends: above the call limit, the call past that is refused
+    (``RESOURCE_EXHAUSTED``) instead of stalled."""
     max_concurrent_calls: int = 4096
     shutdown_grace: float = 5.0
     ssh: list[str] = Field(default_factory=list)
@@ -466,7 +467,10 @@ class BrokerServer:
             options=[
                 ("grpc.max_receive_message_length", MAX_RECEIVE_MESSAGE_BYTES),
                 ("grpc.max_send_message_length", MAX_SEND_MESSAGE_BYTES),
-                ("grpc.max_concurrent_streams", config.max_concurrent_streams),
+                (
+                    "grpc.max_concurrent_streams",
+                    config.max_concurrent_streams or config.max_concurrent_calls + 1,
+                ),
                 ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
                 ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
                 ("grpc.keepalive_permit_without_calls", 1),

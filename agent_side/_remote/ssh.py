@@ -138,8 +138,13 @@ class _ChannelSession(FrameStream, asyncssh.SSHClientSession[bytes]):
             self.chan.close()
 
 
-_FIXED_OPTIONS: Final = frozenset({"agent_path", "password", "kbdint_auth", "encoding"})
-"""asyncssh options the backend sets itself (:meth:`SSHBackend.connect`)."""
+_FIXED_OPTIONS: Final[Mapping[str, object]] = {
+    "agent_path": None,
+    "password": None,
+    "kbdint_auth": False,
+    "encoding": None,
+}
+"""asyncssh options the backend sets itself: keys are its only login, and it speaks bytes."""
 
 _ASYNCSSH_OPTIONS: Final = frozenset(
     inspect.signature(asyncssh.SSHClientConnectionOptions.prepare).parameters
@@ -180,7 +185,7 @@ class SSHBackend:
         tune_allocator: bool = False,
         **options: Any,
     ) -> None:
-        where = f"ssh://{host}:{port}"
+        self._where = where = f"ssh://{host}:{port}"
         if not isinstance(tune_allocator, bool):
             raise InvalidArgument(
                 "connect", where, f"tune_allocator must be True or False, not {tune_allocator!r}"
@@ -189,7 +194,7 @@ class SSHBackend:
             raise InvalidArgument(
                 "connect", where, f"max_frame_size must be a positive int, not {max_frame_size!r}"
             )
-        if fixed := sorted(set(options) & _FIXED_OPTIONS):
+        if fixed := sorted(_FIXED_OPTIONS.keys() & options):
             raise InvalidArgument(
                 "connect",
                 where,
@@ -265,7 +270,7 @@ class SSHBackend:
                 return
             if self._closed:
                 raise Unavailable("connect", None, "the backend is closed")
-            where = f"ssh://{self._host}:{self._port}"
+            where = self._where
             if self._tune_allocator:
                 malloc.tune_allocator()
             try:  # asyncssh checks the options' values (and reads key files) here
@@ -276,10 +281,7 @@ class SSHBackend:
                     username=self._username,
                     client_keys=self._client_keys,
                     known_hosts=self._known_hosts,
-                    agent_path=None,
-                    password=None,
-                    kbdint_auth=False,
-                    encoding=None,
+                    **_FIXED_OPTIONS,
                     **{"encryption_algs": PREFERRED_CIPHERS, **self._options},
                 )
             except (TypeError, ValueError, OSError) as exc:
