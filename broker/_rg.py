@@ -42,6 +42,7 @@ from collections.abc import AsyncGenerator
 from operations import FileFilter, LineMatcher, SearchMatch, WalkReach, is_binary
 
 from . import _treewalk
+from ._pipe import PipeReadTransport
 
 try:
     from . import _spawn
@@ -165,22 +166,16 @@ class _Rg:
         self.stdout = asyncio.StreamReader(MAX_LINE_BYTES)
         self.stderr = asyncio.StreamReader(MAX_LINE_BYTES)
         self.returncode: int | None = None
-        self._transports: list[asyncio.BaseTransport] = []
+        self._transports: list[PipeReadTransport] = []
 
-    async def attach(self, stdout_fd: int, stderr_fd: int) -> None:
+    def attach(self, stdout_fd: int, stderr_fd: int) -> None:
         """Read the two pipes into :attr:`stdout` and :attr:`stderr` (taking the fds)."""
-        loop = asyncio.get_running_loop()
-        files = [os.fdopen(fd, "rb", buffering=0) for fd in (stdout_fd, stderr_fd)]
         try:
-            for file, reader in zip(files, (self.stdout, self.stderr), strict=True):
-                transport, _ = await loop.connect_read_pipe(
-                    lambda reader=reader: asyncio.StreamReaderProtocol(reader),  # type: ignore[misc]
-                    file,
-                )
-                self._transports.append(transport)
+            for fd, reader in ((stdout_fd, self.stdout), (stderr_fd, self.stderr)):
+                self._transports.append(PipeReadTransport(fd, reader))
         finally:
-            for file in files[len(self._transports) :]:
-                file.close()
+            for fd in (stdout_fd, stderr_fd)[len(self._transports) :]:
+                os.close(fd)
 
     async def wait(self) -> int:
         if self.returncode is None:
@@ -235,7 +230,7 @@ async def _start(argv: list[str], cwd_fd: int, ruleset: Ruleset) -> _Rg:
         os.close(fd)
     proc = _Rg(pid)
     try:
-        await proc.attach(out_r, err_r)
+        proc.attach(out_r, err_r)
     except BaseException:
         await proc.aclose()
         raise

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
+import functools
 import os
 import re
 import shutil
@@ -85,6 +86,13 @@ def _set_size(fd: int, cols: int, rows: int) -> None:
     fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
 
 
+def _own_terminal(slave: int) -> None:
+    """In the child: a new session whose controlling terminal is ``slave``. By its fd, not as
+    stdin: uvloop runs this before it sets up the child's stdio, asyncio after."""
+    os.setsid()
+    fcntl.ioctl(slave, termios.TIOCSCTTY, 0)
+
+
 class Terminal:
     """``ssh`` running on a pseudo-terminal of this test's, as in a terminal emulator."""
 
@@ -103,8 +111,7 @@ class Terminal:
             stdin=slave,
             stdout=slave,
             stderr=slave,
-            start_new_session=True,
-            preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0),
+            preexec_fn=functools.partial(_own_terminal, slave),
         )
         os.close(slave)
         return cls(proc, master)
