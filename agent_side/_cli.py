@@ -23,6 +23,8 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, NoReturn
 
+from opsbroker import eventloop
+
 from operations import Backend, OpsError
 
 from ._connect import connect
@@ -244,7 +246,10 @@ async def open_tools(
 def run_command(name: str, main: Callable[[], Coroutine[Any, Any, int]]) -> int:
     """Run ``main`` on a fresh event loop; report any failure as one line prefixed ``name``."""
     try:
-        return asyncio.run(main())
+        return eventloop.run(main())
+    except eventloop.EventLoopError as exc:
+        _fail(name, str(exc))
+        return EXIT_USAGE
     except CliError as exc:
         _fail(name, str(exc))
         return exc.status

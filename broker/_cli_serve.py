@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import pydantic
+from opsbroker import eventloop
 from opsbroker.malloc import tune_allocator
 
 from operations import OpsError, PolicyError
@@ -219,6 +220,8 @@ async def _serve(config: BrokerConfig, frontends: Sequence[Frontend]) -> None:
         for address in server.frontend_addresses:
             print(f"opsbroker: serving {config.root} on {address}", flush=True)
         print(f"opsbroker: principals: {server.principal_model}", flush=True)
+        # "uvloop" or "asyncio" (opsbroker.eventloop; OPSBROKER_EVENT_LOOP chooses).
+        print(f"opsbroker: event loop: {type(loop).__module__.partition('.')[0]}", flush=True)
         if server.token_file is not None:
             print(f"opsbroker: token file: {server.token_file}", flush=True)
         _print_policy(server)
@@ -268,9 +271,11 @@ def run(args: argparse.Namespace, extensions: Sequence[ServeExtension] = ()) -> 
         except ValueError as exc:
             raise _Usage(str(exc)) from None
         tune_allocator()  # before the first large buffer: streamed reads reuse heap pages
-        asyncio.run(_serve(config, frontends))
+        eventloop.run(_serve(config, frontends))
     except _Usage as exc:
         return _fail(f"{exc} (see 'opsbroker serve --help')", 2)
+    except eventloop.EventLoopError as exc:
+        return _fail(str(exc), 2)
     except OpsError as exc:
         return _fail(str(exc))
     except PolicyError as exc:

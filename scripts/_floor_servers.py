@@ -26,6 +26,7 @@ from collections.abc import AsyncIterator
 import asyncssh
 import grpc
 import grpc.aio
+from opsbroker import eventloop
 
 REPLY = b"\x12\x02\x08\x00"  # the size of an ExecEvent carrying an exit code
 METHOD = "/bench.Floor/Run"
@@ -147,4 +148,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    eventloop.run(main())

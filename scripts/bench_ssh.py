@@ -31,6 +31,7 @@ HERE = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(HERE), str(HERE / "proto")]
 
 import asyncssh  # noqa: E402
+from opsbroker import eventloop  # noqa: E402
 from opsbroker.v1.codec import CHUNK_BYTES  # noqa: E402
 
 from agent_side import connect  # noqa: E402
@@ -80,9 +81,15 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-async def _start_broker(tmp: Path, root: Path) -> tuple[asyncio.subprocess.Process, str, str]:
+async def _start_broker(
+    tmp: Path, root: Path, event_loop: str
+) -> tuple[asyncio.subprocess.Process, str, str]:
     keys = tmp / "keys"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE / "proto")])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE / "proto")]),
+        eventloop.ENV_VAR: event_loop,
+    }
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "opsbroker", "serve", "--root", str(root),
         "--grpc", "127.0.0.1:0", "--ssh", "127.0.0.1:0", "--quiet",
@@ -155,7 +162,8 @@ def _start_sshd(tmp: Path, keys: Path) -> tuple[subprocess.Popen[bytes], list[st
 
 
 @contextlib.asynccontextmanager
-async def _rig() -> AsyncIterator[Rig]:
+async def _rig(event_loop: str = "uvloop") -> AsyncIterator[Rig]:
+    """The broker (on ``event_loop``: see ``opsbroker.eventloop``), sshd and their clients."""
     tmp = Path(tempfile.mkdtemp(prefix="opsbroker-bench-"))
     root = tmp / "root"
     root.mkdir()
@@ -168,7 +176,7 @@ async def _rig() -> AsyncIterator[Rig]:
     client.write_private_key(str(keys / "client"))
     (keys / "client").chmod(0o600)
     (keys / "authorized_keys").write_bytes(client.export_public_key())
-    broker, grpc_addr, ssh_addr = await _start_broker(tmp, root)
+    broker, grpc_addr, ssh_addr = await _start_broker(tmp, root, event_loop)
     sshd = None
     stack = contextlib.AsyncExitStack()
     try:
@@ -1099,14 +1107,14 @@ async def _core_cpu(n: int, pause: float = 0.0) -> float:
             return spent / n
 
 
-async def _transport_floor(n: int) -> tuple[float, float, float, float]:
+async def _transport_floor(n: int, event_loop: str) -> tuple[float, float, float, float]:
     """Server CPU seconds per call of a bare grpc.aio server (a server-streaming call that writes
     one small message; a unary call; a message pair on one open bidirectional stream) and of a
     bare asyncssh server (one small reply to one small message on an open channel): what each
     transport costs before any code of ours runs (:func:`_floor_servers`)."""
     import grpc.aio
 
-    async with _floor_servers() as (pid, ports):
+    async with _floor_servers(event_loop) as (pid, ports):
         async with grpc.aio.insecure_channel(f"127.0.0.1:{ports['grpc']}") as channel:
             run = channel.unary_stream("/bench.Floor/Run")
 
@@ -1156,11 +1164,13 @@ async def _pair_cpu(channel: Any, pid: int, n: int) -> float:
 
 
 @contextlib.asynccontextmanager
-async def _floor_servers() -> AsyncIterator[tuple[int, dict[str, int]]]:
-    """``scripts/_floor_servers.py`` in a child process: (its pid, its ports by transport)."""
+async def _floor_servers(event_loop: str = "uvloop") -> AsyncIterator[tuple[int, dict[str, int]]]:
+    """``scripts/_floor_servers.py`` in a child process, on ``event_loop`` as the broker: (its
+    pid, its ports by transport)."""
     server = await asyncio.create_subprocess_exec(
         sys.executable, str(HERE / "scripts" / "_floor_servers.py"),
         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        env={**os.environ, eventloop.ENV_VAR: event_loop},
     )  # fmt: skip
     assert server.stdin is not None and server.stdout is not None
     try:
@@ -1188,83 +1198,106 @@ async def _server_cpu(pid: int, call: Callable[[], Awaitable[object]], n: int) -
     return (await _cpu_of(pid, calls, n)).broker
 
 
+def _on_loop(event_loop: str, main: Awaitable[float]) -> float:
+    """Run ``main`` on a new ``event_loop`` (``opsbroker.eventloop``) of its own."""
+
+    async def wrapped() -> float:
+        return await main
+
+    with asyncio.Runner(loop_factory=eventloop.loop_factory(event_loop)) as runner:
+        return runner.run(wrapped())
+
+
 @benchmark
 def exec_cpu() -> None:
     """Broker CPU per ``exec("true")`` over gRPC and SSH (its own threads, without the shells,
     which are reaped children), beside the shells' and the client's; then the same split with
-    16 commands in flight, against 16 local ``bash -c true`` started by this process.
+    16 commands in flight, against 16 local ``bash -c true`` started by this process. The broker
+    runs on uvloop, as ``opsbroker serve`` does, and then on asyncio's own loop: the last line
+    is the ratio of the two.
 
     On a 2-core machine 16 commands in flight keep both cores busy, so their throughput is set
     by the CPU each command costs in all processes together: the CPU ratio to local bash is the
     ceiling of the throughput ratio.
     """
+    cores = {name: _on_loop(name, _core_cpu(CPU_CALLS)) for name in eventloop.LOOPS}
+    colds = {name: _on_loop(name, _core_cpu(CPU_CALLS, COLD_PAUSE_S)) for name in eventloop.LOOPS}
 
     async def run() -> None:
-        core = await _core_cpu(CPU_CALLS)
-        cold = await _core_cpu(CPU_CALLS, pause=COLD_PAUSE_S)
-        grpc_floor, unary_floor, pair_floor, ssh_floor = await _transport_floor(CPU_CALLS)
-        # The gRPC client runs exec on pooled Frames streams: its bare transport is a message
-        # pair on an open stream (a streaming call per exec, as a Run RPC, is shown beside it).
-        floor = {"gRPC": pair_floor, "SSH": ssh_floor}
-        print(
-            f"exec_cpu floor: broker core {_ms(core)} per exec in process (no transport), "
-            f"{_ms(cold)} with {COLD_PAUSE_S * 1e3:g} ms idle between execs; bare "
-            f"grpc.aio server {_ms(pair_floor)} per message pair on one open stream "
-            f"({_ms(grpc_floor)} per one-message streaming call, {_ms(unary_floor)} per unary "
-            f"call); bare asyncssh server {_ms(ssh_floor)} per message round trip on an open "
-            "channel",
-            flush=True,
-        )
-        async with _rig() as rig:
-            root, pid = str(rig.root), rig.broker_pid
-            for name, backend in (("gRPC", rig.grpc_backend), ("SSH", rig.ssh_backend)):
-
-                async def true(b: Backend = backend) -> None:
-                    await b.exec("true", root, on_data=lambda _: None)
-
-                async def sequential() -> None:
-                    for _ in range(CPU_CALLS):
-                        await true()
-
-                async def concurrent() -> None:
-                    await _concurrent(true)
-
-                one = await _cpu_of(pid, sequential, CPU_CALLS)
-                print(
-                    f"exec_cpu exec true [{name}]: broker {_ms(one.broker)} per exec "
-                    f"({one.broker / CPU_GOAL_S:.2f}x of the {_ms(CPU_GOAL_S)} goal) = core "
-                    f"{_ms(core)} + bare transport {_ms(floor[name])} + the rest "
-                    f"{_ms(one.broker - core - floor[name])}; shells {_ms(one.shells)}, client "
-                    f"{_ms(one.client)}, wall {_ms(one.wall)}",
-                    flush=True,
-                )
-                many = await _cpu_of(pid, concurrent, CONCURRENCY * CONCURRENT_ROUNDS)
-                print(
-                    f"exec_cpu {CONCURRENCY} concurrent [{name}]: CPU per command "
-                    f"{_ms(many.total)} = broker {_ms(many.broker)} + shells {_ms(many.shells)} + "
-                    f"client {_ms(many.client)}; {1 / many.wall:.0f}/s",
-                    flush=True,
-                )
-
-            async def local() -> None:
-                await _concurrent(lambda: _process(["bash", "-c", "true"]))
-
-            n = CONCURRENCY * CONCURRENT_ROUNDS
-            await local()
-            before = (os.times(), time.perf_counter())
-            await local()
-            after = (os.times(), time.perf_counter())
-            own = (after[0].user + after[0].system - before[0].user - before[0].system) / n
-            shells = (
-                after[0].children_user + after[0].children_system
-                - before[0].children_user - before[0].children_system
-            ) / n  # fmt: skip
+        broker: dict[tuple[str, str], float] = {}
+        for event_loop in eventloop.LOOPS:
+            core = cores[event_loop]
+            grpc_floor, unary_floor, pair_floor, ssh_floor = await _transport_floor(
+                CPU_CALLS, event_loop
+            )
+            # The gRPC client runs exec on pooled Frames streams: its bare transport is a
+            # message pair on an open stream (a streaming call per exec, as a Run RPC, beside).
+            floor = {"gRPC": pair_floor, "SSH": ssh_floor}
             print(
-                f"exec_cpu {CONCURRENCY} concurrent [local bash -c true]: CPU per command "
-                f"{_ms(own + shells)} = shells {_ms(shells)} + parent {_ms(own)}; "
-                f"{n / (after[1] - before[1]):.0f}/s",
+                f"exec_cpu floor [{event_loop}]: broker core {_ms(core)} per exec in process "
+                f"(no transport), {_ms(colds[event_loop])} with {COLD_PAUSE_S * 1e3:g} ms idle "
+                f"between execs; bare grpc.aio server {_ms(pair_floor)} per message pair on one "
+                f"open stream ({_ms(grpc_floor)} per one-message streaming call, "
+                f"{_ms(unary_floor)} per unary call); bare asyncssh server {_ms(ssh_floor)} per "
+                "message round trip on an open channel",
                 flush=True,
             )
+            async with _rig(event_loop) as rig:
+                root, pid = str(rig.root), rig.broker_pid
+                for name, backend in (("gRPC", rig.grpc_backend), ("SSH", rig.ssh_backend)):
+
+                    async def true(b: Backend = backend, cwd: str = root) -> None:
+                        await b.exec("true", cwd, on_data=lambda _: None)
+
+                    async def sequential() -> None:
+                        for _ in range(CPU_CALLS):
+                            await true()
+
+                    async def concurrent() -> None:
+                        await _concurrent(true)
+
+                    one = await _cpu_of(pid, sequential, CPU_CALLS)
+                    broker[name, event_loop] = one.broker
+                    print(
+                        f"exec_cpu exec true [{name}, {event_loop}]: broker {_ms(one.broker)} "
+                        f"per exec ({one.broker / CPU_GOAL_S:.2f}x of the {_ms(CPU_GOAL_S)} "
+                        f"goal) = core {_ms(core)} + bare transport {_ms(floor[name])} + the "
+                        f"rest {_ms(one.broker - core - floor[name])}; shells "
+                        f"{_ms(one.shells)}, client {_ms(one.client)}, wall {_ms(one.wall)}",
+                        flush=True,
+                    )
+                    many = await _cpu_of(pid, concurrent, CONCURRENCY * CONCURRENT_ROUNDS)
+                    print(
+                        f"exec_cpu {CONCURRENCY} concurrent [{name}, {event_loop}]: CPU per "
+                        f"command {_ms(many.total)} = broker {_ms(many.broker)} + shells "
+                        f"{_ms(many.shells)} + client {_ms(many.client)}; {1 / many.wall:.0f}/s",
+                        flush=True,
+                    )
+        fast, slow = eventloop.LOOPS
+        ratios = ", ".join(
+            f"{name} {broker[name, fast] / broker[name, slow]:.2f}x" for name in ("gRPC", "SSH")
+        )
+        print(f"exec_cpu broker CPU per exec on {fast} / on {slow}: {ratios}", flush=True)
+
+        async def local() -> None:
+            await _concurrent(lambda: _process(["bash", "-c", "true"]))
+
+        n = CONCURRENCY * CONCURRENT_ROUNDS
+        await local()
+        before = (os.times(), time.perf_counter())
+        await local()
+        after = (os.times(), time.perf_counter())
+        own = (after[0].user + after[0].system - before[0].user - before[0].system) / n
+        shells = (
+            after[0].children_user + after[0].children_system
+            - before[0].children_user - before[0].children_system
+        ) / n  # fmt: skip
+        print(
+            f"exec_cpu {CONCURRENCY} concurrent [local bash -c true]: CPU per command "
+            f"{_ms(own + shells)} = shells {_ms(shells)} + parent {_ms(own)}; "
+            f"{n / (after[1] - before[1]):.0f}/s",
+            flush=True,
+        )
 
     asyncio.run(run())
 

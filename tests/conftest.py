@@ -1,5 +1,5 @@
 """Test-wide set-up: every ``async def`` test runs on asyncio through anyio's pytest plugin, on
-one event loop for the whole session.
+one event loop for the whole session: uvloop, or asyncio's own with ``OPSBROKER_TEST_LOOP=asyncio``.
 
 One loop, because grpc.aio's completion queue outlives a call by a few events (channel and server
 shutdown tags): with a fresh loop per test, such a late event for the previous test's closed loop
@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 from collections.abc import AsyncIterator
 
 import anyio.pytest_plugin
 import pytest
+from opsbroker import eventloop
 
 # anyio's plugin asks for the available backends once per collected test; without trio installed
 # each ask re-imports (and pytest re-rewrites) anyio's trio backend module, ~0.1 s per async test.
@@ -23,9 +25,18 @@ anyio.pytest_plugin.get_available_backends = functools.cache(  # type: ignore[at
 )
 
 
+TEST_LOOP = os.environ.get("OPSBROKER_TEST_LOOP", "uvloop")
+"""The loop every async test runs on: uvloop, as the ``opsbroker`` commands, or ``asyncio``'s,
+as most programs that embed a broker or a backend (``scripts/test`` runs both)."""
+
+
 @pytest.fixture(scope="session")
-def anyio_backend() -> str:
-    return "asyncio"
+def anyio_backend() -> tuple[str, dict[str, object]]:
+    if TEST_LOOP not in eventloop.LOOPS:
+        raise pytest.UsageError(
+            f"OPSBROKER_TEST_LOOP={TEST_LOOP!r}: use one of {', '.join(eventloop.LOOPS)}"
+        )
+    return ("asyncio", {"use_uvloop": TEST_LOOP == "uvloop"})
 
 
 @pytest.fixture(scope="session", autouse=True)

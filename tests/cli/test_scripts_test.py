@@ -4,6 +4,7 @@ installed and no check really runs."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -27,7 +28,7 @@ def _fake_checkout(tmp_path: Path, pip_status: int) -> Path:
     (tmp_path / "noise.txt").write_text(PIP_NOISE)
     fakes = {
         "python": f'if [ "$2" = pip ]; then cat {tmp_path}/noise.txt >&2; exit {pip_status}; fi\n'
-        'echo "pytest ran"\n',
+        'echo "pytest ran${OPSBROKER_TEST_LOOP:+ on $OPSBROKER_TEST_LOOP}: $*"\n',
         "ruff": "exit 0\n",
         "mypy": "exit 0\n",
     }
@@ -37,9 +38,10 @@ def _fake_checkout(tmp_path: Path, pip_status: int) -> Path:
     return checkout
 
 
-def _run(checkout: Path) -> subprocess.CompletedProcess[str]:
+def _run(checkout: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [str(checkout / "scripts" / "test")],
+        [str(checkout / "scripts" / "test"), *args],
+        env={k: v for k, v in os.environ.items() if k != "OPSBROKER_TEST_LOOP"},
         capture_output=True,
         text=True,
         timeout=COMMAND_TIMEOUT_S,
@@ -52,7 +54,17 @@ def test_a_successful_install_prints_nothing_before_the_first_check(tmp_path: Pa
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""
     assert proc.stdout.startswith("== ruff check\n"), proc.stdout
-    assert proc.stdout.endswith("== pytest\npytest ran\n")
+    assert proc.stdout.endswith(
+        "== pytest\npytest ran: -m pytest\n"
+        "== pytest on asyncio's event loop: tests/conformance tests/broker\n"
+        "pytest ran on asyncio: -m pytest tests/conformance tests/broker\n"
+    ), proc.stdout
+
+
+def test_arguments_go_to_one_pytest_run(tmp_path: Path) -> None:
+    proc = _run(_fake_checkout(tmp_path, pip_status=0), "-k", "conformance")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.endswith("== pytest\npytest ran: -m pytest -k conformance\n"), proc.stdout
 
 
 def test_a_failed_install_shows_its_log_and_stops(tmp_path: Path) -> None:
