@@ -22,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -1198,14 +1198,10 @@ async def _server_cpu(pid: int, call: Callable[[], Awaitable[object]], n: int) -
     return (await _cpu_of(pid, calls, n)).broker
 
 
-def _on_loop(event_loop: str, main: Awaitable[float]) -> float:
+def _on_loop(event_loop: str, main: Coroutine[Any, Any, float]) -> float:
     """Run ``main`` on a new ``event_loop`` (``opsbroker.eventloop``) of its own."""
-
-    async def wrapped() -> float:
-        return await main
-
     with asyncio.Runner(loop_factory=eventloop.loop_factory(event_loop)) as runner:
-        return runner.run(wrapped())
+        return runner.run(main)
 
 
 @benchmark

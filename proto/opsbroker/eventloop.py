@@ -3,7 +3,7 @@
 A broker's work per call is small and its event loop turns several times for each: reading the
 request, the command's pipes and pidfd, writing the reply. On asyncio's pure-Python selector loop
 those turns are a large part of what a call costs; uvloop (libuv, in C) runs the same callbacks
-for less: broker CPU per ``exec("true")`` fell by about a third over both transports
+for less: broker CPU per ``exec("true")`` fell to 0.68-0.81x over both transports
 (``scripts/bench_ssh.py exec_cpu``, docs/performance.md). The library itself never picks a loop:
 a broker or backend embedded in an application runs on whatever loop that application runs.
 
@@ -48,8 +48,9 @@ def loop_factory(name: str | None = None) -> Callable[[], asyncio.AbstractEventL
         try:
             import uvloop
         except ImportError:
-            return asyncio.new_event_loop
-        return uvloop.new_event_loop
+            pass
+        else:
+            return uvloop.new_event_loop
     return asyncio.new_event_loop
 
 

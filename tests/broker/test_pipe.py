@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 import pytest
 from opsbroker import eventloop
@@ -15,9 +16,9 @@ from broker._pipe import PipeReadTransport
 LIMIT = 1024
 
 
-def _on(loop: str, test: Callable[[], Awaitable[None]]) -> None:
+def _on(loop: str, test: Callable[[], Coroutine[Any, Any, None]]) -> None:
     with asyncio.Runner(loop_factory=eventloop.loop_factory(loop)) as runner:
-        runner.run(test())  # type: ignore[arg-type]
+        runner.run(test())
 
 
 def _closed(fd: int) -> bool:
