@@ -159,13 +159,15 @@ async def search(
 
 
 class _Rg:
-    """A running rg: its output streams, and its pid to kill and reap."""
+    """A running rg: its output streams, and a pidfd to kill and reap it by (never its pid,
+    which names another process once rg is reaped)."""
 
-    def __init__(self, pid: int) -> None:
+    def __init__(self, pid: int, pidfd: int) -> None:
         self.pid = pid
         self.stdout = asyncio.StreamReader(MAX_LINE_BYTES)
         self.stderr = asyncio.StreamReader(MAX_LINE_BYTES)
-        self.returncode: int | None = None
+        self._pidfd = pidfd
+        self._exit: asyncio.Future[int] | None = None
         self._transports: list[PipeReadTransport] = []
 
     def attach(self, stdout_fd: int, stderr_fd: int) -> None:
@@ -177,11 +179,29 @@ class _Rg:
             for fd in (stdout_fd, stderr_fd)[len(self._transports) :]:
                 os.close(fd)
 
+    def _reaping(self) -> asyncio.Future[int]:
+        """rg's exit code once it is reaped: one reaping (a callback on the pidfd, no thread),
+        which every caller awaits and a cancelled caller leaves going."""
+        if self._exit is None:
+            loop = asyncio.get_running_loop()
+            self._exit = done = loop.create_future()
+
+            def reap() -> None:
+                loop.remove_reader(self._pidfd)
+                try:
+                    _, status = os.waitpid(self.pid, 0)  # it has exited: this does not block
+                except OSError as exc:
+                    done.set_exception(exc)
+                else:
+                    done.set_result(os.waitstatus_to_exitcode(status))
+                finally:
+                    os.close(self._pidfd)
+
+            loop.add_reader(self._pidfd, reap)
+        return self._exit
+
     async def wait(self) -> int:
-        if self.returncode is None:
-            _, status = await asyncio.to_thread(os.waitpid, self.pid, 0)
-            self.returncode = os.waitstatus_to_exitcode(status)
-        return self.returncode
+        return await asyncio.shield(self._reaping())
 
     async def aclose(self) -> None:
         """Close the pipes, kill rg if it still runs (an early stop) and reap it.
@@ -190,10 +210,10 @@ class _Rg:
         """
         for transport in self._transports:
             transport.close()
-        if self.returncode is None:
+        if self._exit is None or not self._exit.done():  # the pidfd is open until rg is reaped
             with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, signal.SIGKILL)  # not reaped yet: the pid is still rg's
-            await asyncio.shield(self.wait())
+                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+        await self.wait()
 
 
 async def _start(argv: list[str], cwd_fd: int, ruleset: Ruleset) -> _Rg:
@@ -228,7 +248,15 @@ async def _start(argv: list[str], cwd_fd: int, ruleset: Ruleset) -> _Rg:
         ruleset.close()
     for fd in (out_w, err_w, null):
         os.close(fd)
-    proc = _Rg(pid)
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError:
+        os.kill(pid, signal.SIGKILL)  # not reaped: the pid is still rg's
+        await asyncio.to_thread(os.waitpid, pid, 0)
+        for fd in (out_r, err_r):
+            os.close(fd)
+        raise
+    proc = _Rg(pid, pidfd)
     try:
         proc.attach(out_r, err_r)
     except BaseException:

@@ -16,7 +16,7 @@ import anyio
 import pytest
 
 from broker import Broker
-from broker._rg import _ruleset, rg_path, usable
+from broker._rg import _Rg, _ruleset, rg_path, usable
 
 PATTERNS = [
     ("needle", {}),
@@ -167,3 +167,18 @@ async def test_cancelled_walks_leave_no_fd_behind(tmp_path: Path, engine: str) -
         new = {fd: what for fd, what in _open_fds().items() if before.get(fd) != what}
         assert not new, f"left open: {new}"
         assert len(await broker.glob("*.txt", str(root))) == 300
+
+
+async def test_an_interrupted_wait_leaves_one_reaping() -> None:
+    """A wait for rg cancelled midway (a search cancelled while rg exits) and the close after it
+    reap rg once, through its pidfd: a second ``waitpid`` would fail with ECHILD, or reap
+    another child that took the pid."""
+    pid = os.posix_spawn("/bin/sh", ["sh", "-c", "sleep 0.2"], {})  # noqa: ASYNC221 (a bare pid)
+    proc = _Rg(pid, os.pidfd_open(pid))
+    for _ in range(3):
+        with anyio.move_on_after(0.02):
+            await proc.wait()
+    await proc.aclose()  # kills rg (it still runs), then awaits the same reaping
+    assert await proc.wait() == -9
+    with pytest.raises(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)  # noqa: ASYNC222 (reaped once, by the pidfd callback)
