@@ -463,6 +463,9 @@ class ProcessManager:
         self._tracker: Tracker = tracker if tracker is not None else ProcTracker()
         self._sandbox = sandbox
         self._sandbox_env = sandbox.env() if isinstance(sandbox, Sandbox) else {}
+        # The environment of a command that brings none, encoded once (its cookie comes last).
+        self._default_env = {**MINIMAL_ENV, **self._sandbox_env}
+        self._default_environ = _encode_env(self._default_env)
         self._own_scope: Ruleset | None = None
         if sandbox is None and scope_signals is not False:
             self._own_scope = signal_scope()
@@ -634,10 +637,14 @@ class ProcessManager:
         if _native is None:
             raise Unavailable("exec", None, NATIVE_MISSING)
         cookie = f"{self._tracker.cookie_prefix}{next(self._command_ids):x}"
-        child_env = dict(MINIMAL_ENV if env is None else env)
-        child_env.update(self._sandbox_env)  # the only temp dir a sandboxed command can write
-        child_env[COOKIE_VAR] = cookie
-        environ = _encode_env(child_env)
+        if env is None:
+            child_env = self._default_env
+            environ = [*self._default_environ, os.fsencode(f"{COOKIE_VAR}={cookie}")]
+        else:
+            child_env = dict(env)
+            child_env.update(self._sandbox_env)  # the only temp dir a sandboxed command can write
+            child_env[COOKIE_VAR] = cookie
+            environ = _encode_env(child_env)
         opened: list[int] = []
         tree: Tree | None = None
         try:

@@ -216,12 +216,18 @@ class Role(enum.Enum):
     CLIENT = "client"
     SERVER = "server"
 
+    # Members are singletons compared by identity: hash them as objects, in C (``Enum``
+    # hashes the name in Python, and the state machine looks them up on every frame).
+    __hash__ = object.__hash__
+
 
 class State(enum.Enum):
     IDLE = "IDLE"
     SEND = "SEND"
     DONE = "DONE"
     ERROR = "ERROR"
+
+    __hash__ = object.__hash__  # as Role's
 
     def __str__(self) -> str:
         return self.value
