@@ -23,7 +23,7 @@ import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -1095,8 +1095,7 @@ async def _cpu_of(
         broker, shells, client, wall = ((b - a) / n for a, b in zip(cpu, after, strict=True))
         measured.append(_Cpu(broker, shells, client, wall))
     best = min(measured, key=lambda m: m.broker)
-    best.median = statistics.median(m.broker for m in measured)
-    return best
+    return replace(best, median=statistics.median(m.broker for m in measured))
 
 
 async def _core_cpu(n: int, pause: float = 0.0) -> float:
