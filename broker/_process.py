@@ -373,7 +373,8 @@ def _spawn_error(e: BaseException, argv: Sequence[str], cwd: str) -> BaseExcepti
     return Unavailable("exec", cwd, f"could not start the command ({step or 'spawn'}): {reason}")
 
 
-async def _readable(fd: int) -> None:
+async def readable(fd: int) -> None:
+    """Wait until ``fd`` is readable (a pipe with data or at EOF, a pidfd whose process exited)."""
     loop = asyncio.get_running_loop()
     fut: asyncio.Future[None] = loop.create_future()
 
@@ -770,7 +771,7 @@ class ProcessManager:
             try:
                 data = os.read(fd, run.read_chunk)
             except BlockingIOError:
-                await _readable(fd)
+                await readable(fd)
                 continue
             except OSError:
                 return

@@ -43,6 +43,7 @@ from operations import FileFilter, LineMatcher, SearchMatch, WalkReach, is_binar
 
 from . import _treewalk
 from ._pipe import PipeReadTransport
+from ._process import readable
 
 try:
     from . import _spawn
@@ -180,25 +181,19 @@ class _Rg:
                 os.close(fd)
 
     def _reaping(self) -> asyncio.Future[int]:
-        """rg's exit code once it is reaped: one reaping (a callback on the pidfd, no thread),
-        which every caller awaits and a cancelled caller leaves going."""
+        """rg's exit code once it is reaped: one reaping, which every caller awaits and a
+        cancelled caller leaves going."""
         if self._exit is None:
-            loop = asyncio.get_running_loop()
-            self._exit = done = loop.create_future()
-
-            def reap() -> None:
-                loop.remove_reader(self._pidfd)
-                try:
-                    _, status = os.waitpid(self.pid, 0)  # it has exited: this does not block
-                except OSError as exc:
-                    done.set_exception(exc)
-                else:
-                    done.set_result(os.waitstatus_to_exitcode(status))
-                finally:
-                    os.close(self._pidfd)
-
-            loop.add_reader(self._pidfd, reap)
+            self._exit = asyncio.ensure_future(self._reap())
         return self._exit
+
+    async def _reap(self) -> int:
+        try:
+            await readable(self._pidfd)  # rg has exited
+            _, status = os.waitpid(self.pid, 0)  # noqa: ASYNC222 (a zombie: never blocks)
+        finally:
+            os.close(self._pidfd)
+        return os.waitstatus_to_exitcode(status)
 
     async def wait(self) -> int:
         return await asyncio.shield(self._reaping())

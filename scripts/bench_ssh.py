@@ -1078,17 +1078,15 @@ class _Cpu:
         return self.broker + self.shells + self.client
 
 
-async def _cpu_of(
-    pid: int, workload: Callable[[], Awaitable[object]], n: int, rounds: int = 1
-) -> _Cpu:
-    """Run ``workload`` (``n`` commands) once to warm up (channels, cgroups), then ``rounds``
-    times, and split the CPU of the round that cost process ``pid`` least by process. A shared
-    machine's neighbours only ever add CPU (caches, the other thread of a core), so the least
-    is the nearest to the cost itself, as ``timeit`` reports; :attr:`_Cpu.median` keeps the
-    median round's figure for ``pid`` beside it."""
+async def _cpu_of(pid: int, workload: Callable[[], Awaitable[object]], n: int) -> _Cpu:
+    """Run ``workload`` (``n`` commands) once to warm up (channels, cgroups), then
+    :data:`CPU_ROUNDS` times, and split the CPU of the round that cost process ``pid`` least
+    by process. A shared machine's neighbours only ever add CPU (caches, the other thread of a
+    core), so the least is the nearest to the cost itself, as ``timeit`` reports;
+    :attr:`_Cpu.median` keeps the median round's figure for ``pid`` beside it."""
     await workload()
     measured = []
-    for _ in range(rounds):
+    for _ in range(CPU_ROUNDS):
         cpu = (_thread_cpu(pid), _reaped_cpu(pid), time.process_time(), time.perf_counter())
         await workload()
         after = (_thread_cpu(pid), _reaped_cpu(pid), time.process_time(), time.perf_counter())
@@ -1211,7 +1209,7 @@ async def _server_cpu(pid: int, call: Callable[[], Awaitable[object]], n: int) -
         for _ in range(n):
             await call()
 
-    return (await _cpu_of(pid, calls, n, CPU_ROUNDS)).broker
+    return (await _cpu_of(pid, calls, n)).broker
 
 
 def _on_loop(event_loop: str, main: Coroutine[Any, Any, float]) -> float:
@@ -1268,7 +1266,7 @@ def exec_cpu() -> None:
                     async def concurrent() -> None:
                         await _concurrent(true)
 
-                    one = await _cpu_of(pid, sequential, CPU_CALLS, CPU_ROUNDS)
+                    one = await _cpu_of(pid, sequential, CPU_CALLS)
                     broker[name, event_loop] = one.broker
                     print(
                         f"exec_cpu exec true [{name}, {event_loop}]: broker {_ms(one.broker)} "
@@ -1279,9 +1277,7 @@ def exec_cpu() -> None:
                         f"client {_ms(one.client)}, wall {_ms(one.wall)}",
                         flush=True,
                     )
-                    many = await _cpu_of(
-                        pid, concurrent, CONCURRENCY * CONCURRENT_ROUNDS, CPU_ROUNDS
-                    )
+                    many = await _cpu_of(pid, concurrent, CONCURRENCY * CONCURRENT_ROUNDS)
                     print(
                         f"exec_cpu {CONCURRENCY} concurrent [{name}, {event_loop}]: CPU per "
                         f"command {_ms(many.total)} = broker {_ms(many.broker)} + shells "

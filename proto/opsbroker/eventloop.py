@@ -15,6 +15,7 @@ loop where uvloop is not installed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from collections.abc import Callable, Coroutine
 from typing import Any, Final, TypeVar
@@ -45,11 +46,9 @@ def loop_factory(name: str | None = None) -> Callable[[], asyncio.AbstractEventL
             f"{ENV_VAR}={wanted!r} names no event loop; use one of {', '.join(LOOPS)}"
         )
     if wanted == "uvloop":
-        try:
+        with contextlib.suppress(ImportError):
             import uvloop
-        except ImportError:
-            pass
-        else:
+
             return uvloop.new_event_loop
     return asyncio.new_event_loop
 
