@@ -12,7 +12,8 @@ SIGKILLs every member at once, fork races included; ``cgroup.events`` says ``pop
 the tree is empty.
 
 Limits (``pids.max``, memory) use the v2 controllers when the tree delegates them, else the v1
-``pids`` and ``memory`` hierarchies of a hybrid host (groups of the same name there).
+``pids`` and ``memory`` hierarchies of a hybrid host (groups of the same name there), which the
+child enters through their ``tasks`` file (:meth:`CommandCgroup.spawn_fds` says why).
 
 A finished command's groups are kept for the next command with the same limits (at most
 :data:`POOL_MAX` of them): the kernel charges the first process created in a fresh group far more
@@ -194,11 +195,18 @@ class CommandCgroup:
 
     def spawn_fds(self) -> tuple[int, list[int]]:
         """What a child needs to enter the groups: the v2 group's directory (``O_PATH``: clone3
-        creates the child in it) and each v1 limit group's ``cgroup.procs`` (the child writes
-        itself into it). The group owns them: they stay open until :meth:`remove`."""
+        creates the child in it) and each v1 limit group's ``tasks`` file (the child writes
+        itself, its only thread, into it). The group owns them: they stay open until
+        :meth:`remove`.
+
+        ``tasks``, not ``cgroup.procs``: a thread that moves itself alone is moved without the
+        kernel's threadgroup lock taken for writing, and that lock, unless another writer took it
+        moments before, waits for an RCU grace period (5-25 ms on a VM), all the while the
+        broker's event loop waits for the spawn (vfork). Commands that follow one another
+        closely never showed it; an agent's, seconds apart, paid it at every start."""
         group_fd = self._file(self.path, "", os.O_PATH | os.O_DIRECTORY)
-        procs = [self._file(p, "cgroup.procs", os.O_WRONLY) for p in self.limit_paths]
-        return group_fd, procs
+        tasks = [self._file(p, "tasks", os.O_WRONLY) for p in self.limit_paths]
+        return group_fd, tasks
 
     def pids(self) -> list[int]:
         try:

@@ -1,10 +1,10 @@
 /*
  * broker._spawn: start a command already tracked and confined, with no trampoline.
  *
- * vfork(), then in the child, using only system calls: write "0" to each given cgroup.procs (the
- * child moves itself, before it can fork), setsid(), stdin/stdout/stderr (and, for a terminal,
- * TIOCSCTTY: it becomes the session's controlling terminal), fchdir() to the working
- * directory, mark every other fd close-on-exec, enter the Landlock domain, execve(). The parent
+ * vfork(), then in the child, using only system calls: write "0" to each given cgroup file (a v1
+ * group's tasks, the v2 group's cgroup.procs: the child moves itself, before it can fork),
+ * setsid(), stdin/stdout/stderr (and, for a terminal, TIOCSCTTY: it becomes the session's
+ * controlling terminal), fchdir() to the working directory, mark every other fd close-on-exec, enter the Landlock domain, execve(). The parent
  * opened every file beforehand, so nothing in the child resolves a path but execve. A failed step
  * is reported through a close-on-exec pipe and the child exits; the parent reaps it and raises.
  *
@@ -464,8 +464,8 @@ PyDoc_STRVAR(spawn_doc,
 "ruleset, and return its pid once it has exec'd; stderr goes with stdout unless given.\n"
 "cgroup_dir_fd, a cgroup v2 directory (O_PATH is enough), is entered at creation by\n"
 "clone3(CLONE_INTO_CGROUP) where the kernel allows, else by a write to its cgroup.procs;\n"
-"cgroup_fds are cgroup.procs files the child writes itself into. controlling_tty makes stdin (a\n"
-"terminal) the new session's controlling terminal. Raises OSError whose filename names the\n"
+"cgroup_fds are cgroup files (tasks, cgroup.procs) the child writes \"0\" to, moving itself.\n"
+"controlling_tty makes stdin (a terminal) the new session's controlling terminal. Raises OSError whose filename names the\n"
 "step that failed: cgroup, setsid, fds, tty, cwd, no_new_privs, landlock, exec (or\n"
 "signals); None if the process could not be created at all.");
 

@@ -47,7 +47,7 @@ class Tree(Protocol):
 
     def spawn_fds(self) -> tuple[int, list[int]]:
         """The fds the child needs to enter the tree before it execs: the cgroup v2 directory
-        (``-1`` for none) and v1 ``cgroup.procs`` files. The tree owns them (the caller does not
+        (``-1`` for none) and the v1 groups' ``tasks`` files. The tree owns them (the caller does not
         close them).
 
         Raises:

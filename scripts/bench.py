@@ -35,11 +35,12 @@ from opsbroker.malloc import tune_allocator
 from opsbroker.v1.codec import CHUNK_BYTES
 
 from broker import Broker
-from broker._cgroup import CgroupTree
+from broker._cgroup import CgroupTree, CommandCgroup
 from broker._landlock import Sandbox, landlock_abi
 from broker._process import ProcessManager
 from broker._rg import rg_path
 from broker._shell import bash_argv
+from operations import Policy
 
 Result = tuple[float, float, str]
 """(ratio, target, detail); a benchmark with several figures prints them itself and returns None."""
@@ -212,6 +213,70 @@ def exec_true() -> None:
         f, o = statistics.median(floor), statistics.median(ours)
         parts.append(f"{mode} {o * 1e3:.2f} ms vs asyncio {f * 1e3:.2f} ms = {o / f:.2f}x")
     print("exec_true (median, target < 1.5x):", "; ".join(parts))
+
+
+IDLE_S = 0.1
+"""Idle before each exec of ``exec_after_idle``: an agent's commands come seconds apart, and this
+is already past the kernel's quiet spell (an RCU grace period)."""
+IDLE_CALLS = 20
+
+
+@benchmark
+def exec_after_idle() -> Result | None:
+    """Latency of ``exec(["true"])`` through the manager after :data:`IDLE_S` of idle, as an
+    agent's commands come, with the policy's default ``pids_max`` (on a hybrid cgroup host, a v1
+    ``pids`` group the child enters before it execs) against no cgroup at all; beside them the
+    child entering its v1 groups through ``cgroup.procs``, as it did before, and each mode back
+    to back. The broker's event loop waits for the whole spawn. The modes alternate call by
+    call, so load hits them alike."""
+    tree = CgroupTree.create()
+    if tree is None:
+        print("exec_after_idle: skipped, needs a writable cgroup v2 tree")
+        return None
+    tree.remove()
+    spawn_fds = CommandCgroup.spawn_fds
+    old_entry = False
+
+    def entry_fds(group: CommandCgroup) -> tuple[int, list[int]]:
+        group_fd, tasks = spawn_fds(group)
+        if not old_entry:
+            return group_fd, tasks
+        return group_fd, [group._file(p, "cgroup.procs", os.O_WRONLY) for p in group.limit_paths]
+
+    async def run() -> dict[tuple[str, float], list[float]]:
+        nonlocal old_entry
+        managers = {
+            "tasks": ProcessManager(use_cgroups=True, pids_max=Policy().exec.pids_max),
+            "cgroup.procs": ProcessManager(use_cgroups=True, pids_max=Policy().exec.pids_max),
+            "no cgroup": ProcessManager(use_cgroups=False),
+        }
+        times: dict[tuple[str, float], list[float]] = {}
+        try:
+            for idle in (IDLE_S, 0.0):
+                for i in range(IDLE_CALLS):
+                    for mode, pm in managers.items() if i % 2 else reversed(managers.items()):
+                        old_entry = mode == "cgroup.procs"
+                        await asyncio.sleep(idle)
+                        t = time.perf_counter()
+                        await pm.exec(["true"], cwd="/", on_data=lambda _: None)
+                        times.setdefault((mode, idle), []).append(time.perf_counter() - t)
+        finally:
+            for pm in managers.values():
+                await pm.aclose()
+        return times
+
+    CommandCgroup.spawn_fds = entry_fds  # type: ignore[method-assign]
+    try:
+        times = asyncio.run(run())
+    finally:
+        CommandCgroup.spawn_fds = spawn_fds  # type: ignore[method-assign]
+    median = {key: statistics.median(values) for key, values in times.items()}
+    detail = "; ".join(
+        f"{mode} {median[mode, IDLE_S] * 1e3:.2f} ms after {IDLE_S * 1e3:g} ms idle, "
+        f"{median[mode, 0.0] * 1e3:.2f} ms back to back"
+        for mode in ("tasks", "cgroup.procs", "no cgroup")
+    )
+    return median["tasks", IDLE_S] / median["no cgroup", IDLE_S], 1.5, detail
 
 
 SPAWN_CALLS = 500

@@ -5,6 +5,7 @@ backends."""
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from broker._cgroup import CgroupTree
 from broker._core import Broker
 from operations import (
     AbortController,
@@ -93,6 +95,40 @@ async def test_the_policy_memory_max_holds_a_command(tmp_path: Path) -> None:
     assert result == ExecResult(0)
     assert enforced == CGROUPS  # this host's tree delegates memory (v2 or a v1 hierarchy)
     assert b"".join(out).endswith(b"rc=137\n" if enforced else b"rc=0\n")
+
+
+@pytest.mark.skipif(not CGROUPS, reason="needs a writable cgroup v2 tree")
+async def test_a_command_runs_in_each_of_its_limit_groups(tmp_path: Path) -> None:
+    """The command is a member of its group in every hierarchy that holds one of its limits:
+    the v2 group and, on a hybrid host, the v1 ``pids`` and ``memory`` groups of the same name.
+    It enters a v1 group through ``tasks`` (its one thread), never ``cgroup.procs``, whose write
+    waits for an RCU grace period after a quiet spell while the broker's loop waits for the
+    spawn (``CommandCgroup.spawn_fds``)."""
+    broker = _broker(tmp_path, pids_max=64, memory_max=1 << 30)
+    out: list[bytes] = []
+    try:
+        result = await broker.exec("cat /proc/self/cgroup", str(tmp_path), on_data=out.append)
+    finally:
+        await broker.aclose()
+    assert result == ExecResult(0)
+    lines = [line.split(":", 2) for line in b"".join(out).decode().splitlines()]
+    v2 = next(path for hid, _, path in lines if hid == "0")
+    assert v2.rsplit("/", 1)[1].startswith("cmd-")
+    limited = {ctl: path for _, ctls, path in lines for ctl in ctls.split(",") if ctl}
+    tree = CgroupTree.create()
+    assert tree is not None
+    try:
+        command = tree.new_command(pids_max=64, memory_max=1 << 30)
+        _, entries = command.spawn_fds()
+        assert [os.readlink(f"/proc/self/fd/{fd}") for fd in entries] == [
+            os.path.join(group, "tasks") for group in command.limit_paths
+        ]
+        command.remove()
+    finally:
+        tree.remove()
+    for ctl in ("pids", "memory"):
+        if ctl in limited:  # a v1 hierarchy of this host: the command's group is there too
+            assert limited[ctl].rsplit("/", 1)[1] == v2.rsplit("/", 1)[1], (ctl, lines)
 
 
 async def test_the_policy_kill_grace_is_the_managers(tmp_path: Path) -> None:
