@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
+import functools
 import gc
 import io
 import os
@@ -42,6 +44,8 @@ BENCHMARKS: dict[str, Callable[[], None]] = {}
 CALLS = 200  # per-call samples through the Python backends
 OPENSSH_CALLS = 40  # per-call samples through an ssh client process (each forks one)
 BIG = 64 * 1024 * 1024  # throughput file size
+# What a peer's output pipe holds and gives per read (_process_output).
+OUTPUT_READ_BYTES = 1024 * 1024
 SSHD = "/usr/sbin/sshd"
 START_TIMEOUT_S = 30.0  # a broker or sshd that is not up by then is a failure
 BENCH_POLICY = """\
@@ -402,6 +406,42 @@ async def _process(argv: list[str], stdin: bytes | None = None) -> None:
         raise RuntimeError(f"{argv[-1][:40]!r} exited with {proc.returncode}")
 
 
+async def _process_output(argv: list[str], size: int, *, whole: bool) -> None:
+    """Run ``argv`` and take its ``size`` bytes of output into this process, as a client takes
+    what it asked for: ``whole``, as one ``bytes`` (a file read, as ``read_file`` returns it),
+    else piece by piece as they come (command output, as ``exec`` hands it to ``on_data``).
+
+    The output comes through a pipe of :data:`OUTPUT_READ_BYTES`, read by blocking reads of
+    that size in a thread: the cheapest way for Python to take a child's output (asyncio's pipe
+    transport reads 256 KiB at a time through a ``StreamReader``, and costs OpenSSH more than
+    half its throughput here)."""
+    read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
+    try:
+        fcntl.fcntl(write_fd, fcntl.F_SETPIPE_SZ, OUTPUT_READ_BYTES)
+        proc = await asyncio.create_subprocess_exec(
+            *argv, stdin=subprocess.DEVNULL, stdout=write_fd
+        )
+    except BaseException:
+        os.close(read_fd)
+        raise
+    finally:
+        os.close(write_fd)
+
+    def receive() -> int:
+        with open(read_fd, "rb", buffering=0) as pipe:
+            if whole:
+                return len(b"".join(iter(functools.partial(pipe.read, OUTPUT_READ_BYTES), b"")))
+            received = 0
+            while chunk := pipe.read(OUTPUT_READ_BYTES):
+                received += len(chunk)
+            return received
+
+    received = await asyncio.to_thread(receive)
+    await proc.wait()
+    if proc.returncode != 0 or received != size:
+        raise RuntimeError(f"{argv[-1][:40]!r} exited with {proc.returncode}, {received} bytes")
+
+
 def _backend_workloads(backend: Backend, root: Path) -> dict[str, Timing]:
     big, small, data4k = str(root / "big"), str(root / "file4k"), os.urandom(4096)
     data = (root / "big").read_bytes()
@@ -473,14 +513,18 @@ def _openssh_workloads(ssh: list[str], root: Path) -> dict[str, Timing]:
     return {
         "exec true": lambda: _per_call(true, OPENSSH_CALLS),
         f"{CONCURRENCY} concurrent exec true": lambda: _concurrent(true),
-        "read 4 KiB": lambda: _per_call(lambda: _process([*ssh, f"cat {small}"]), OPENSSH_CALLS),
+        "read 4 KiB": lambda: _per_call(
+            lambda: _process_output([*ssh, f"cat {small}"], 4096, whole=True), OPENSSH_CALLS
+        ),
         "write 4 KiB": lambda: _per_call(
             lambda: _process([*ssh, f"cat > {root / 'o4k'}"], data4k), OPENSSH_CALLS
         ),
-        "read 64 MiB": lambda: _once(lambda: _process([*ssh, f"cat {big}"])),
+        "read 64 MiB": lambda: _once(
+            lambda: _process_output([*ssh, f"cat {big}"], BIG, whole=True)
+        ),
         "write 64 MiB": lambda: _once(lambda: _process([*ssh, f"cat > {root / 'o64'}"], data)),
         "64 MiB command output": lambda: _once(
-            lambda: _process([*ssh, f"head -c {BIG} /dev/zero"])
+            lambda: _process_output([*ssh, f"head -c {BIG} /dev/zero"], BIG, whole=False)
         ),
     }
 
