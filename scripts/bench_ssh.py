@@ -304,7 +304,10 @@ def ssh_read_4k() -> None:
                 f"grpc backend {_ms(grpc)} (ssh/grpc {ssh / grpc:.2f}x)",
             ]
             if rig.openssh:
-                mux = await _median_process([*rig.openssh, f"cat {path}"])
+                mux = await _median_call(
+                    lambda: _process_output([*rig.openssh, f"cat {path}"], 4096, whole=True),
+                    OPENSSH_CALLS,
+                )
                 batch = rig.tmp / "sftp_batch"
                 batch.write_text(f"get {path} /dev/null\n" * OPENSSH_CALLS)
                 once = rig.tmp / "sftp_once"
@@ -343,7 +346,9 @@ def ssh_throughput_64m() -> None:
                 f"(ssh/grpc time {ssh_r / grpc_r:.2f}x read, {ssh_w / grpc_w:.2f}x write)",
             ]
             if rig.openssh:
-                cat_r = await _timed_process([*rig.openssh, f"cat {big}"])
+                cat_r = await timed(
+                    lambda: _process_output([*rig.openssh, f"cat {big}"], BIG, whole=True)
+                )
                 cat_w = await _timed_process([*rig.openssh, f"cat > {rig.root / 'w3'}"], big)
                 batch = rig.tmp / "sftp_big"
                 batch.write_text(f"get {big} {rig.tmp / 'got'}\n")
