@@ -4,9 +4,10 @@
  * vfork(), then in the child, using only system calls: write "0" to each given cgroup file (a v1
  * group's tasks, the v2 group's cgroup.procs: the child moves itself, before it can fork),
  * setsid(), stdin/stdout/stderr (and, for a terminal, TIOCSCTTY: it becomes the session's
- * controlling terminal), fchdir() to the working directory, mark every other fd close-on-exec, enter the Landlock domain, execve(). The parent
- * opened every file beforehand, so nothing in the child resolves a path but execve. A failed step
- * is reported through a close-on-exec pipe and the child exits; the parent reaps it and raises.
+ * controlling terminal), fchdir() to the working directory, mark every other fd close-on-exec,
+ * enter the Landlock domain, execve(). The parent opened every file beforehand, so nothing in the
+ * child resolves a path but execve. A failed step is reported through a close-on-exec pipe and
+ * the child exits; the parent reaps it and raises.
  *
  * Given a cgroup v2 directory fd, the child is instead created inside that group with
  * clone3(CLONE_VM | CLONE_VFORK | CLONE_INTO_CGROUP) on a stack of its own: the kernel places it
@@ -465,9 +466,9 @@ PyDoc_STRVAR(spawn_doc,
 "cgroup_dir_fd, a cgroup v2 directory (O_PATH is enough), is entered at creation by\n"
 "clone3(CLONE_INTO_CGROUP) where the kernel allows, else by a write to its cgroup.procs;\n"
 "cgroup_fds are cgroup files (tasks, cgroup.procs) the child writes \"0\" to, moving itself.\n"
-"controlling_tty makes stdin (a terminal) the new session's controlling terminal. Raises OSError whose filename names the\n"
-"step that failed: cgroup, setsid, fds, tty, cwd, no_new_privs, landlock, exec (or\n"
-"signals); None if the process could not be created at all.");
+"controlling_tty makes stdin (a terminal) the new session's controlling terminal. Raises\n"
+"OSError whose filename names the step that failed: cgroup, setsid, fds, tty, cwd,\n"
+"no_new_privs, landlock, exec (or signals); None if the process could not be created at all.");
 
 static PyObject *spawn(PyObject *Py_UNUSED(module), PyObject *args, PyObject *kwargs)
 {

@@ -47,8 +47,8 @@ class Tree(Protocol):
 
     def spawn_fds(self) -> tuple[int, list[int]]:
         """The fds the child needs to enter the tree before it execs: the cgroup v2 directory
-        (``-1`` for none) and the v1 groups' ``tasks`` files. The tree owns them (the caller does not
-        close them).
+        (``-1`` for none) and the v1 groups' ``tasks`` files. The tree owns them (the caller
+        does not close them).
 
         Raises:
             OSError: a group could not be opened.
