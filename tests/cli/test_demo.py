@@ -42,6 +42,8 @@ def test_demo_end_to_end(tmp_path: Path) -> None:
     out = re.sub(r"\x1b\[[0-9;]*m", "", proc.stdout)
     assert proc.returncode == 0, out[-4000:] + proc.stderr[-4000:]
     assert "Traceback" not in out + proc.stderr
+    # nor a Python warning ("FILE:LINE: SomeWarning: ..."): a newcomer's first run shows no noise
+    assert not re.search(r"^\S+:\d+: \w*Warning: ", out + proc.stderr, re.M)
 
     for header in ("1. Environment", "3. Starting the broker", "4. Tool calls over gRPC",
                    "6. Escape attempts", "7. A command tree killed at its timeout",
