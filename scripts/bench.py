@@ -229,11 +229,9 @@ def exec_after_idle() -> Result | None:
     child entering its v1 groups through ``cgroup.procs``, as it did before, and each mode back
     to back. The broker's event loop waits for the whole spawn. The modes alternate call by
     call, so load hits them alike."""
-    tree = CgroupTree.create()
-    if tree is None:
+    if "cgroup" not in _modes():
         print("exec_after_idle: skipped, needs a writable cgroup v2 tree")
         return None
-    tree.remove()
     spawn_fds = CommandCgroup.spawn_fds
     old_entry = False
 
@@ -245,9 +243,10 @@ def exec_after_idle() -> Result | None:
 
     async def run() -> dict[tuple[str, float], list[float]]:
         nonlocal old_entry
+        pids_max = Policy().exec.pids_max
         managers = {
-            "tasks": ProcessManager(use_cgroups=True, pids_max=Policy().exec.pids_max),
-            "cgroup.procs": ProcessManager(use_cgroups=True, pids_max=Policy().exec.pids_max),
+            "tasks": ProcessManager(use_cgroups=True, pids_max=pids_max),
+            "cgroup.procs": ProcessManager(use_cgroups=True, pids_max=pids_max),
             "no cgroup": ProcessManager(use_cgroups=False),
         }
         times: dict[tuple[str, float], list[float]] = {}
