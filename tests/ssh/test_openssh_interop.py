@@ -184,6 +184,35 @@ async def test_sftp_large_put_get_and_resume(
 
 
 @pytest.mark.parametrize(
+    "cipher", ["aes128-gcm@openssh.com", "aes256-gcm@openssh.com", "chacha20-poly1305@openssh.com"]
+)
+async def test_every_cipher_carries_large_transfers_through_rekeys(
+    setup: SSHSetup, tmp_path: Path, dirs: tuple[str, str], cipher: str
+) -> None:
+    """OpenSSH decrypts what the broker sends under each cipher it offers (AES-GCM packets are
+    sealed by ``opsbroker.sshpackets``), while it asks for new keys every 512 KiB: command output and
+    an SFTP download of several MiB, byte-identical."""
+    root, _ = dirs
+    text = os.urandom(3 * 1024 * 1024).hex() + "\n"
+    write_in(root, "big.txt", text.encode())
+    options = [*_options(setup), "-c", cipher, "-o", "RekeyLimit=512K", "-v"]
+    code, out, err = await _run(
+        SSH, "-T", *options, "-p", str(setup.port), "agent@127.0.0.1", "cat big.txt"
+    )
+    assert (code, out == text) == (0, True), err[-2000:]
+    assert f"cipher: {cipher}" in err
+    assert err.count("SSH2_MSG_NEWKEYS received") >= 3  # the first key, then rekeys
+    fetched = tmp_path / "big.got"
+    batch = tmp_path / "batch"
+    batch.write_text(f"get big.txt {fetched}\n")
+    code, _, err = await _run(
+        SFTP, *options, "-P", str(setup.port), "-b", str(batch), "agent@127.0.0.1"
+    )
+    assert code == 0, err[-2000:]
+    assert fetched.read_text() == text
+
+
+@pytest.mark.parametrize(
     "command",
     [
         "get out/secret {local}",
