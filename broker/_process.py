@@ -751,7 +751,9 @@ class ProcessManager:
             remaining = run.last_activity + self._idle_grace - loop.time()
             if remaining <= 0:
                 return
-            await asyncio.wait((pump, killed), timeout=remaining)
+            await asyncio.wait(
+                (pump, killed), timeout=remaining, return_when=asyncio.FIRST_COMPLETED
+            )
         if pump.done():
             pump.result()
 

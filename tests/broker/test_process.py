@@ -198,6 +198,26 @@ async def test_idle_grace_rearmed_per_chunk(mode: str) -> None:
     assert out == b"1\n2\n3\n4\n5\n6\n"  # 0.6 s of output, twice the grace
 
 
+async def test_output_still_draining_at_exit_ends_the_call_at_its_end(mode: str) -> None:
+    """The shell exits with output still in the pipe (a consumer slower than ``head``): the call
+    returns as the pipe reaches its end, not an idle grace after the last chunk."""
+    pm = make_manager(mode, idle_grace=5.0)
+    last = 0.0
+
+    async def slow(chunk: bytes) -> None:
+        nonlocal last
+        await asyncio.sleep(0.002)
+        last = time.monotonic()
+
+    try:
+        result = await pm.exec(bash_argv("head -c 8388608 /dev/zero"), cwd="/", on_data=slow)
+        returned = time.monotonic()
+    finally:
+        await pm.aclose()
+    assert result == ExecResult(0)
+    assert returned - last < 2.5  # the grace was 5 s: waited out before the fix
+
+
 async def test_quiet_stdout_holder_released_after_idle_grace(manager: ProcessManager) -> None:
     start = time.monotonic()
     result, out = await run(manager, "sleep 1000 & echo started")
