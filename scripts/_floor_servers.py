@@ -23,6 +23,9 @@ import os
 import sys
 from collections.abc import AsyncIterator
 
+import opsbroker  # noqa: F401  (first: its import quiets asyncssh's DSA warning)
+
+# isort: split
 import asyncssh
 import grpc
 import grpc.aio

@@ -32,6 +32,9 @@ from typing import Any
 HERE = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(HERE), str(HERE / "proto")]
 
+import opsbroker  # noqa: E402, F401  (first: its import quiets asyncssh's DSA warning)
+
+# isort: split
 import asyncssh  # noqa: E402
 from opsbroker import eventloop  # noqa: E402
 from opsbroker.v1.codec import CHUNK_BYTES  # noqa: E402
