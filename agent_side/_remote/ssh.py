@@ -28,7 +28,7 @@ from typing import Any, Final, Self, TypeVar
 import asyncssh
 from google.protobuf.message import Message as ProtoMessage
 from opsbroker import malloc
-from opsbroker.sshpackets import send_lean
+from opsbroker.sshpackets import lean_packets
 from opsbroker.v1 import broker_pb2 as pb
 from opsbroker.v1.codec import (
     capabilities_from_wire,
@@ -296,7 +296,7 @@ class SSHBackend:
                 raise Unauthenticated("connect", where, f"key refused: {exc}") from None
             except (OSError, asyncssh.Error) as exc:
                 raise Unavailable("connect", where, f"cannot reach the broker: {exc}") from None
-            send_lean(self._conn)  # asyncssh's packets, without its needless copies
+            lean_packets(self._conn)  # asyncssh's packets, without its needless copies
             self._capabilities = await self._unary(
                 "Capabilities", pb.CapabilitiesRequest(), pb.CapabilitiesReply
             )

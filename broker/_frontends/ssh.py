@@ -33,7 +33,7 @@ from types import TracebackType
 from typing import Any, Final, Self
 
 import asyncssh
-from opsbroker.sshpackets import send_lean
+from opsbroker.sshpackets import lean_packets
 from opsbroker.v1.sshframe import (
     DEFAULT_MAX_FRAME_SIZE,
     HEADER_BYTES,
@@ -322,7 +322,7 @@ class _BrokerServer(asyncssh.SSHServer):
 
     def connection_made(self, conn: asyncssh.SSHServerConnection) -> None:
         self.conn = conn
-        send_lean(conn)  # asyncssh's packets, without its needless copies
+        lean_packets(conn)  # asyncssh's packets, without its needless copies
         peer = conn.get_extra_info("peername")
         self._peer = f"{peer[0]}:{peer[1]}" if peer else None
         self.frontend._connections.add(conn)

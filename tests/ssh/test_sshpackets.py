@@ -1,4 +1,4 @@
-"""How our ends send SSH packets (``opsbroker.sshpackets.send_lean``).
+"""How our ends send SSH packets (``opsbroker.sshpackets.lean_packets``).
 
 asyncssh's empty MSG_IGNORE before every packet is gone between our ends and kept for CBC:
 asyncssh logs every packet it sends at debug level 3 ("Sent MSG_IGNORE (2), ..."), and that log
@@ -8,18 +8,21 @@ for byte, through rekeys, and asyncssh's own path still sends what it must.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
+import random
 from collections.abc import AsyncIterator, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import asyncssh
 import pytest
 from asyncssh.constants import MSG_CHANNEL_DATA, MSG_CHANNEL_EXTENDED_DATA
-from asyncssh.packet import String, UInt32
-from opsbroker.sshpackets import NO_IV_CHAINING, send_lean
+from asyncssh.packet import SSHPacket, String, UInt32
+from opsbroker import sshpackets
+from opsbroker.sshpackets import NO_IV_CHAINING, lean_packets
 
 from tests.ssh._harness import broker_over_ssh
 
@@ -75,14 +78,24 @@ class _Echo(asyncssh.SSHServerSession[bytes]):
 class _Open(asyncssh.SSHServer):
     """A bare server that needs no authentication, echoes on its sessions and sends lean."""
 
+    connections: ClassVar[list[asyncssh.SSHServerConnection]] = []
+
     def connection_made(self, conn: asyncssh.SSHServerConnection) -> None:
-        send_lean(conn)
+        self.connections.append(conn)
+        lean_packets(conn)
 
     def begin_auth(self, username: str) -> bool:
         return False
 
     def session_requested(self) -> asyncssh.SSHServerSession[bytes]:
         return _Echo()
+
+
+class _Plain(_Open):
+    """:class:`_Open` as asyncssh alone sends and receives."""
+
+    def connection_made(self, conn: asyncssh.SSHServerConnection) -> None:
+        self.connections.append(conn)
 
 
 class _Collect(asyncssh.SSHClientSession[bytes]):
@@ -98,12 +111,14 @@ async def _pair(
     cipher: str,
     client: Mapping[str, object] | None = None,
     server: Mapping[str, object] | None = None,
+    lean_server: bool = True,
 ) -> AsyncIterator[asyncssh.SSHClientConnection]:
-    """A lean client connected to a lean :class:`_Open` server with ``cipher`` both ways, each
-    with its further ``asyncssh`` options."""
+    """A lean client connected to an :class:`_Open` server (or, if not ``lean_server``, a
+    :class:`_Plain` one) with ``cipher`` both ways, each with its further ``asyncssh`` options."""
     key = asyncssh.generate_private_key("ssh-ed25519")
+    _Open.connections.clear()
     listener = await asyncssh.create_server(
-        _Open,
+        _Open if lean_server else _Plain,
         "127.0.0.1",
         0,
         server_host_keys=[key],
@@ -116,7 +131,7 @@ async def _pair(
             "127.0.0.1", listener.get_port(), username="u", known_hosts=None,
             encryption_algs=[cipher], client_keys=None, agent_path=None, **(client or {}),
         ) as conn:  # fmt: skip
-            send_lean(conn)
+            lean_packets(conn)
             assert conn.get_extra_info("send_cipher") == cipher
             yield conn
     finally:
@@ -173,7 +188,7 @@ async def test_sealed_packets_are_the_packets_asyncssh_sends(
     cipher: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Each packet is sent twice from the same state, by asyncssh's own ``send_packet`` and
-    through ``send_lean``, into a capturing transport: the bytes and the state after must be the
+    through ``lean_packets``, into a capturing transport: the bytes and the state after must be the
     same. Payload sizes cover every padding length; the padding's random bytes are fixed."""
     lean: Any = None
     async with _pair(cipher) as conn:
@@ -235,3 +250,91 @@ async def test_a_packet_log_takes_asyncssh_path(caplog: pytest.LogCaptureFixture
         with packet_log(caplog) as sent:
             assert await _echo(conn, b"logged") == b"logged"
     assert any("MSG_CHANNEL_DATA" in line for line in sent), sent
+
+
+def _ragged(conn: asyncssh.SSHClientConnection, seed: int, damage_at: int | None = None) -> None:
+    """Hand what ``conn`` receives from now on to it in pieces of random sizes (single bytes,
+    sizes around a length field and a block, and up to 70 KB), flipping one bit of the byte
+    ``damage_at`` bytes on, if given."""
+    lean: Any = conn
+    inner = lean.data_received
+    rng = random.Random(seed)
+    seen = 0
+
+    def data_received(data: bytes, datatype: object = None) -> None:
+        nonlocal seen
+        piece = bytearray(data)
+        if damage_at is not None and seen <= damage_at < seen + len(piece):
+            piece[damage_at - seen] ^= 0x10
+        seen += len(piece)
+        at = 0
+        while at < len(piece):
+            size = rng.choice((1, 3, 4, 5, 15, 16, 17, rng.randrange(1, 70_000)))
+            inner(bytes(piece[at : at + size]))
+            at += size
+
+    lean.data_received = data_received
+    lean._transport.set_protocol(lean)  # uvloop's transports keep the protocol's data_received
+
+
+class _Counted(SSHPacket):
+    """asyncssh's packet decoder, counting the packets opened by ``lean_packets``."""
+
+    made = 0
+
+    def __init__(self, packet: bytes) -> None:
+        super().__init__(packet)
+        _Counted.made += 1
+
+
+@pytest.mark.parametrize("cipher", ["aes128-gcm@openssh.com", "aes256-gcm@openssh.com"])
+@pytest.mark.parametrize("rekey", [False, True])
+async def test_opened_packets_deliver_what_asyncssh_sent(
+    cipher: str, rekey: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lean client takes 4 MiB from asyncssh's own server, its input cut at random (packets
+    split anywhere, several in one piece), while the server asks for new keys every 256 KiB or
+    not at all: the echo comes back intact, and the client opened the channel data itself."""
+    monkeypatch.setattr(sshpackets, "SSHPacket", _Counted)
+    _Counted.made = 0
+    data = os.urandom(4 * 1024 * 1024)
+    options = {"rekey_bytes": 256 * 1024} if rekey else {}
+    async with _pair(cipher, server=options, lean_server=False) as conn:
+        _ragged(conn, seed=len(cipher) + rekey)
+        assert await _echo(conn, data) == data
+    assert _Counted.made >= len(data) // 32768  # asyncssh's packets carry 32 KiB at most
+
+
+class _Client(asyncssh.SSHClient):
+    lost: BaseException | None = None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        _Client.lost = exc
+
+
+async def test_a_damaged_packet_ends_the_connection_as_asyncssh_does() -> None:
+    """One bit flipped in the channel data a lean client receives: the tag fails, asyncssh
+    disconnects with a MAC error, and nothing of the damaged packet or after it is delivered."""
+    data = os.urandom(2 * 1024 * 1024)
+    _Client.lost = None
+    async with _pair(
+        "aes128-gcm@openssh.com", client={"client_factory": _Client}, lean_server=False
+    ) as conn:
+        _ragged(conn, seed=7, damage_at=700_000)
+        received = await _echo(conn, data)
+        await asyncio.wait_for(conn.wait_closed(), 10)
+    assert isinstance(_Client.lost, asyncssh.MACError), _Client.lost
+    assert len(received) < 700_000 and data.startswith(received)
+
+
+async def test_data_for_an_unknown_channel_is_left_to_asyncssh() -> None:
+    """A packet of channel data for a channel the client never opened: asyncssh's own check
+    refuses it and ends the connection, as it would without ``lean_packets``."""
+    _Client.lost = None
+    async with _pair("aes128-gcm@openssh.com", client={"client_factory": _Client}) as conn:
+        assert await _echo(conn, b"first") == b"first"
+        (server,) = _Open.connections
+        server.send_packet(MSG_CHANNEL_DATA, UInt32(4242), String(b"stray"))
+        await asyncio.wait_for(conn.wait_closed(), 10)
+    assert isinstance(_Client.lost, asyncssh.ProtocolError), _Client.lost
+    assert "Invalid channel number" in str(_Client.lost)
