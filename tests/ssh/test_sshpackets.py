@@ -338,3 +338,34 @@ async def test_data_for_an_unknown_channel_is_left_to_asyncssh() -> None:
         await asyncio.wait_for(conn.wait_closed(), 10)
     assert isinstance(_Client.lost, asyncssh.ProtocolError), _Client.lost
     assert "Invalid channel number" in str(_Client.lost)
+
+
+async def test_channel_data_handled_in_a_task_holds_the_input_behind_it() -> None:
+    """A channel whose handling of data goes on in a task (asyncssh's ``process_packet`` may
+    return an awaitable): the input behind it waits until the task is done, then every byte
+    arrives, in order."""
+    data = os.urandom(1024 * 1024)
+    async with _pair("aes128-gcm@openssh.com", lean_server=False) as conn:
+        chan, session = await conn.create_session(_Collect, encoding=None)
+        lean: Any = chan
+        handle = lean.process_packet
+        later = 0
+
+        async def in_a_task(pkttype: int, seq: int, packet: SSHPacket) -> None:
+            nonlocal later
+            later += 1
+            await asyncio.sleep(0.001)
+            handle(pkttype, seq, packet)
+
+        def process_packet(pkttype: int, seq: int, packet: SSHPacket) -> object:
+            if pkttype == MSG_CHANNEL_DATA:
+                return in_a_task(pkttype, seq, packet)
+            return handle(pkttype, seq, packet)
+
+        lean.process_packet = process_packet
+        for i in range(0, len(data), 100_000):
+            chan.write(data[i : i + 100_000])
+        chan.write_eof()
+        await chan.wait_closed()
+    assert bytes(session.received) == data
+    assert later >= len(data) // 32768
