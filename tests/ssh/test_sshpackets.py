@@ -1,9 +1,11 @@
-"""How our ends send SSH packets (``opsbroker.sshpackets.lean_packets``).
+"""How our ends send and receive SSH packets (``opsbroker.sshpackets.lean_packets``).
 
 asyncssh's empty MSG_IGNORE before every packet is gone between our ends and kept for CBC:
 asyncssh logs every packet it sends at debug level 3 ("Sent MSG_IGNORE (2), ..."), and that log
 is what the first tests read. AES-GCM packets sealed with one copy are asyncssh's packets byte
-for byte, through rekeys, and asyncssh's own path still sends what it must.
+for byte, through rekeys. Channel data opened where it lies reaches its channel as asyncssh's
+own server sent it, through random cuts of the input and rekeys; a damaged packet, data for an
+unknown channel and data handled in a task end or wait as asyncssh has them end or wait.
 """
 
 from __future__ import annotations
