@@ -48,8 +48,11 @@ COOKIE_VAR = "OPSBROKER_EXEC_ID"
 _OWNED_COOKIE = re.compile(rb"(\d+-\d+-\d+)-[0-9a-f]+\.[0-9a-f]+\Z")
 """A cookie: ``<owner_id()>-<manager token>.<command id>``."""
 
-EXEC_SETTLE_S = 0.02
-"""How long a cookie read waits for a process caught inside ``execve`` to show its environment."""
+EXEC_SETTLE_S = 0.1
+"""How long a cookie read waits for a process caught inside ``execve`` to show its environment.
+An exec takes well under a millisecond, but a loaded machine may not run the process for tens of
+milliseconds meanwhile (20 ms here once missed one exec in 300 during a full test run); the wait
+is paid only for a process met inside ``execve``."""
 
 PIDFD_SIGNAL_PROCESS_GROUP = 1 << 2
 """``pidfd_send_signal`` flag (Linux 6.9): signal the pidfd's process group."""
@@ -191,7 +194,7 @@ def read_cookie(pid: int) -> bytes | None:
 
     A process caught inside ``execve`` shows no environment (or ``ESRCH``) for a moment, until
     the kernel has set up its new one (``env_start`` in its stat is 0 until then); it is read
-    again, for up to :data:`EXEC_SETTLE_S`, rather than taken for one without a cookie, which
+    again, for up to :data:`EXEC_SETTLE_S` (100 ms), rather than taken for one without a cookie, which
     would let a command's process that happens to be exec'ing escape a sweep. A process whose
     environment is set up and empty (``env -i``) costs no wait.
     """
