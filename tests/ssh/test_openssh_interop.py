@@ -189,9 +189,10 @@ async def test_sftp_large_put_get_and_resume(
 async def test_every_cipher_carries_large_transfers_through_rekeys(
     setup: SSHSetup, tmp_path: Path, dirs: tuple[str, str], cipher: str
 ) -> None:
-    """OpenSSH decrypts what the broker sends under each cipher it offers (AES-GCM packets are
-    sealed by ``opsbroker.sshpackets``), while it asks for new keys every 512 KiB: command output and
-    an SFTP download of several MiB, byte-identical."""
+    """Under each cipher OpenSSH offers, while it asks for new keys every 512 KiB, OpenSSH
+    decrypts what the broker sends and the broker what OpenSSH sends (AES-GCM packets are sealed
+    and opened by ``opsbroker.sshpackets``): command output, an SFTP download and an SFTP upload
+    of several MiB, byte-identical."""
     root, _ = dirs
     text = os.urandom(3 * 1024 * 1024).hex() + "\n"
     write_in(root, "big.txt", text.encode())
@@ -204,12 +205,13 @@ async def test_every_cipher_carries_large_transfers_through_rekeys(
     assert err.count("SSH2_MSG_NEWKEYS received") >= 3  # the first key, then rekeys
     fetched = tmp_path / "big.got"
     batch = tmp_path / "batch"
-    batch.write_text(f"get big.txt {fetched}\n")
+    batch.write_text(f"get big.txt {fetched}\nput {fetched} up.txt\n")
     code, _, err = await _run(
         SFTP, *options, "-P", str(setup.port), "-b", str(batch), "agent@127.0.0.1"
     )
     assert code == 0, err[-2000:]
     assert fetched.read_text() == text
+    assert read_in(root, "up.txt") == text.encode()
 
 
 @pytest.mark.parametrize(
