@@ -194,7 +194,7 @@ def read_cookie(pid: int) -> bytes | None:
 
     A process caught inside ``execve`` shows no environment (or ``ESRCH``) for a moment, until
     the kernel has set up its new one (``env_start`` in its stat is 0 until then); it is read
-    again, for up to :data:`EXEC_SETTLE_S` (100 ms), rather than taken for one without a cookie, which
+    again, for up to :data:`EXEC_SETTLE_S`, rather than taken for one without a cookie, which
     would let a command's process that happens to be exec'ing escape a sweep. A process whose
     environment is set up and empty (``env -i``) costs no wait.
     """

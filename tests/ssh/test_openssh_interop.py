@@ -9,7 +9,7 @@ import shutil
 import signal
 import stat
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -67,18 +67,24 @@ async def _run(*argv: str, timeout: float = 20) -> tuple[int, str, str]:
     return proc.returncode, out.decode(), err.decode()
 
 
-async def ssh(setup: SSHSetup, *command: str, key: Path | None = None) -> tuple[int, str, str]:
+async def ssh(
+    setup: SSHSetup, *command: str, key: Path | None = None, options: Sequence[str] = ()
+) -> tuple[int, str, str]:
     return await _run(
-        SSH, "-T", *_options(setup, key), "-p", str(setup.port), "agent@127.0.0.1", *command
-    )
+        SSH, "-T", *_options(setup, key), *options, "-p", str(setup.port), "agent@127.0.0.1",
+        *command,
+    )  # fmt: skip
 
 
-async def sftp(setup: SSHSetup, tmp_path: Path, script: str) -> tuple[int, str, str]:
+async def sftp(
+    setup: SSHSetup, tmp_path: Path, script: str, options: Sequence[str] = ()
+) -> tuple[int, str, str]:
     batch = tmp_path / "batch"
     batch.write_text(script)
     return await _run(
-        SFTP, *_options(setup), "-P", str(setup.port), "-b", str(batch), "agent@127.0.0.1"
-    )
+        SFTP, *_options(setup), *options, "-P", str(setup.port), "-b", str(batch),
+        "agent@127.0.0.1",
+    )  # fmt: skip
 
 
 @pytest.fixture
@@ -196,18 +202,14 @@ async def test_every_cipher_carries_large_transfers_through_rekeys(
     root, _ = dirs
     text = os.urandom(3 * 1024 * 1024).hex() + "\n"
     write_in(root, "big.txt", text.encode())
-    options = [*_options(setup), "-c", cipher, "-o", "RekeyLimit=512K", "-v"]
-    code, out, err = await _run(
-        SSH, "-T", *options, "-p", str(setup.port), "agent@127.0.0.1", "cat big.txt"
-    )
+    options = ["-c", cipher, "-o", "RekeyLimit=512K", "-v"]
+    code, out, err = await ssh(setup, "cat big.txt", options=options)
     assert (code, out == text) == (0, True), err[-2000:]
     assert f"cipher: {cipher}" in err
     assert err.count("SSH2_MSG_NEWKEYS received") >= 3  # the first key, then rekeys
     fetched = tmp_path / "big.got"
-    batch = tmp_path / "batch"
-    batch.write_text(f"get big.txt {fetched}\nput {fetched} up.txt\n")
-    code, _, err = await _run(
-        SFTP, *options, "-P", str(setup.port), "-b", str(batch), "agent@127.0.0.1"
+    code, _, err = await sftp(
+        setup, tmp_path, f"get big.txt {fetched}\nput {fetched} up.txt\n", options
     )
     assert code == 0, err[-2000:]
     assert fetched.read_text() == text

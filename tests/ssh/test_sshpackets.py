@@ -81,10 +81,12 @@ class _Open(asyncssh.SSHServer):
     """A bare server that needs no authentication, echoes on its sessions and sends lean."""
 
     connections: ClassVar[list[asyncssh.SSHServerConnection]] = []
+    lean: ClassVar[bool] = True
 
     def connection_made(self, conn: asyncssh.SSHServerConnection) -> None:
         self.connections.append(conn)
-        lean_packets(conn)
+        if self.lean:
+            lean_packets(conn)
 
     def begin_auth(self, username: str) -> bool:
         return False
@@ -96,8 +98,7 @@ class _Open(asyncssh.SSHServer):
 class _Plain(_Open):
     """:class:`_Open` as asyncssh alone sends and receives."""
 
-    def connection_made(self, conn: asyncssh.SSHServerConnection) -> None:
-        self.connections.append(conn)
+    lean = False
 
 
 class _Collect(asyncssh.SSHClientSession[bytes]):
