@@ -20,7 +20,6 @@ from collections.abc import Coroutine
 from typing import Final, Protocol
 
 from google.protobuf.message import Message as ProtoMessage
-from opsbroker.v1 import broker_pb2 as pb
 from opsbroker.v1.codec import error_to_wire
 from opsbroker.v1.sshframe import (
     NEED_DATA,
@@ -38,8 +37,8 @@ from opsbroker.v1.sshframe import (
 
 from operations import Aborted, Backend, InvalidArgument, OpsError, TooLarge
 
-from ._output import Piece
-from ._service import METHODS, Method, Service, call_subject, decode, log_call
+from ._output import OUTPUT_FIELD, Piece
+from ._service import CHUNK_FIELD, METHODS, Method, Service, call_subject, decode, log_call
 
 __all__ = ["COALESCE_BYTES", "INBOUND_HIGH_WATER", "INBOUND_LOW_WATER", "Carrier", "FrameServer"]
 
@@ -52,9 +51,6 @@ INBOUND_LOW_WATER: Final = 16
 COALESCE_BYTES: Final = 128 * 1024
 """Queued reply bytes that are written at once instead of at the end of the loop iteration: a
 file piece or output event that fills an SSH packet (``ssh.CHANNEL_MAX_PACKET``) is not held."""
-
-_OUTPUT_FIELD: Final = pb.ExecEvent.DESCRIPTOR.fields_by_name["output"].number
-_CHUNK_FIELD: Final = pb.Chunk.DESCRIPTOR.fields_by_name["data"].number
 
 
 class Carrier(Protocol):
@@ -301,10 +297,10 @@ class _FrameSend:
         return self._server.send(message)
 
     def output(self, pieces: list[Piece], size: int) -> Coroutine[object, object, None]:
-        return self._server.send_bytes_field(_OUTPUT_FIELD, pieces, size)
+        return self._server.send_bytes_field(OUTPUT_FIELD, pieces, size)
 
     def chunk(self, data: bytes) -> Coroutine[object, object, None]:
-        return self._server.send_bytes_field(_CHUNK_FIELD, [data], len(data))
+        return self._server.send_bytes_field(CHUNK_FIELD, [data], len(data))
 
 
 class _FrameCall:

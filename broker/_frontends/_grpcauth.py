@@ -19,8 +19,14 @@ from operations import OpsError, PolicyDenied, Unauthenticated
 from .._auth import TokenTable
 from .._guard import Enforcement
 from .._tls import ClientCertificate, MutualTLS
-from ._grpcframes import FRAMES_METHOD
-from ._grpcwire import SERVICE_NAME, Undecodable, abort_with, current_principal, tolerant
+from ._grpcwire import (
+    SERVICE_NAME,
+    Undecodable,
+    abort_with,
+    current_principal,
+    passing_bytes,
+    tolerant,
+)
 from ._service import METHODS
 
 __all__ = ["AuthenticatedServer", "Authenticator"]
@@ -209,8 +215,9 @@ def _guard(handler: _Handler, method: str, auth: Authenticator) -> _Handler:
         "request_deserializer": (
             tolerant(handler.request_deserializer) if ours else handler.request_deserializer
         ),
-        # Frames writes its replies serialized already (_grpcframes.StreamCarrier).
-        "response_serializer": None if method == FRAMES_METHOD else handler.response_serializer,
+        "response_serializer": (
+            passing_bytes(handler.response_serializer) if ours else handler.response_serializer
+        ),
     }
     if handler.unary_unary is not None:
         return grpc.unary_unary_rpc_method_handler(wrap(handler.unary_unary), **kwargs)

@@ -16,12 +16,9 @@ import grpc.aio
 from opsbroker.v1 import broker_pb2 as pb
 from opsbroker.v1.sshframe import bytes_field_message
 
-from ._grpcwire import SERVICE_NAME, Undecodable
+from ._grpcwire import Undecodable
 
-__all__ = ["FRAMES_METHOD", "MAX_PIECE_BYTES", "StreamCarrier"]
-
-FRAMES_METHOD: Final = f"/{SERVICE_NAME}/Frames"
-"""The full name of the ``Frames`` method: its replies are written pre-serialized (below)."""
+__all__ = ["MAX_PIECE_BYTES", "StreamCarrier"]
 
 _DATA_FIELD: Final = pb.FrameBytes.DESCRIPTOR.fields_by_name["data"].number
 
@@ -38,7 +35,7 @@ class StreamCarrier:
     """The bytes of one ``Frames`` call: read in :meth:`read`, written by a task of its own.
 
     Replies leave as serialized ``FrameBytes`` built here, the field's tag and length joined with
-    the queued frame bytes in one copy (the method's response serializer is the identity), never
+    the queued frame bytes in one copy (the method's serializer passes bytes as they are), never
     as a message built and serialized (two more copies of every byte of command output)."""
 
     def __init__(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:

@@ -10,12 +10,15 @@ from typing import Any, Final, Protocol
 from opsbroker.v1 import broker_pb2 as pb
 from opsbroker.v1.codec import CHUNK_BYTES
 
-__all__ = ["OUTPUT_BUFFER", "CommandOutput", "OutputSend", "Piece"]
+__all__ = ["OUTPUT_BUFFER", "OUTPUT_FIELD", "CommandOutput", "OutputSend", "Piece"]
 
 OUTPUT_BUFFER: Final = (
     4 * CHUNK_BYTES
 )  # output a command may have pending before its producer waits
 
+
+OUTPUT_FIELD: Final = pb.ExecEvent.DESCRIPTOR.fields_by_name["output"].number
+"""The number of ``ExecEvent.output``, the field :meth:`OutputSend.output` frames its pieces as."""
 
 Piece = bytes | memoryview
 """Pending output: what the command wrote, or the rest of it once a part went in an event."""

@@ -57,6 +57,7 @@ from ._output import CommandOutput
 from ._runs import Runs
 
 __all__ = [
+    "CHUNK_FIELD",
     "DEFAULT_MAX_UPLOAD_BYTES",
     "METHODS",
     "STREAM_IDLE_TIMEOUT",
@@ -85,6 +86,10 @@ OUTPUT_EVENT_BYTES: Final = 4 * CHUNK_BYTES
 
 LOGGED_COMMAND_CHARS: Final = 80
 """How much of a command a call's log line shows (the audit log has all of it, or its digest)."""
+
+
+CHUNK_FIELD: Final = pb.Chunk.DESCRIPTOR.fields_by_name["data"].number
+"""The number of ``Chunk.data``, the field :meth:`ChunkSend.chunk` frames a piece as."""
 
 
 class ChunkSend(Protocol):

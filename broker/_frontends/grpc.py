@@ -18,14 +18,14 @@ command at shutdown.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 import grpc
 import grpc.aio
 from google.protobuf.message import Message as ProtoMessage
 from opsbroker.v1 import broker_pb2_grpc as pb_grpc
-from opsbroker.v1.sshframe import DEFAULT_MAX_FRAME_SIZE
+from opsbroker.v1.sshframe import DEFAULT_MAX_FRAME_SIZE, bytes_field_message
 
 from operations import Backend, InvalidArgument
 
@@ -34,7 +34,8 @@ from ._frames import FrameServer
 from ._grpcauth import AuthenticatedServer, Authenticator
 from ._grpcframes import StreamCarrier
 from ._grpcwire import SERVICE_NAME, CallScope, Undecodable, current_principal, log
-from ._service import METHODS, Method, Service, call_subject, capabilities_of
+from ._output import OUTPUT_FIELD, Piece
+from ._service import CHUNK_FIELD, METHODS, Method, Service, call_subject, capabilities_of
 
 __all__ = [
     "SERVICE_NAME",
@@ -46,8 +47,8 @@ __all__ = [
 Context = grpc.aio.ServicerContext[Any, Any]
 
 
-class _StreamCall:
-    """The :class:`~._service.Call` of one gRPC call whose replies are a stream."""
+class _GrpcCall:
+    """What a gRPC call's :class:`~._service.Call` has whatever its replies."""
 
     __slots__ = ("_context", "_op", "ops", "principal", "subject")
 
@@ -59,9 +60,6 @@ class _StreamCall:
         self.ops = ops
         self.principal = principal
         self.subject = call_subject(request, ops)
-
-    async def send(self, message: ProtoMessage) -> None:
-        await self._context.write(message)
 
     async def receive(self) -> ProtoMessage | None:
         message = await self._context.read()
@@ -82,7 +80,40 @@ class _StreamCall:
             return
 
 
-class _UnaryCall(_StreamCall):
+class _StreamCall(_GrpcCall):
+    """The :class:`~._service.Call` of one gRPC call whose replies are a stream."""
+
+    __slots__ = ("send",)
+
+    def __init__(
+        self, context: Context, op: str, ops: Backend, principal: str, request: object = None
+    ) -> None:
+        super().__init__(context, op, ops, principal, request)
+        self.send = _StreamSend(context)
+
+
+class _StreamSend:
+    """A reply stream's ``send``: messages, and command output and file pieces written as the
+    serialized ``ExecEvent`` and ``Chunk`` (:class:`~._output.OutputSend`,
+    :class:`~._service.ChunkSend`) in one copy, never built and serialized (two copies more;
+    the method's serializer passes them as they are: :func:`~._grpcwire.passing_bytes`)."""
+
+    __slots__ = ("_write",)
+
+    def __init__(self, context: Context) -> None:
+        self._write = context.write
+
+    def __call__(self, message: ProtoMessage) -> Coroutine[Any, Any, None]:
+        return self._write(message)
+
+    def output(self, pieces: list[Piece], size: int) -> Coroutine[Any, Any, None]:
+        return self._write(bytes_field_message(OUTPUT_FIELD, pieces))
+
+    def chunk(self, data: bytes) -> Coroutine[Any, Any, None]:
+        return self._write(bytes_field_message(CHUNK_FIELD, [data]))
+
+
+class _UnaryCall(_GrpcCall):
     """The :class:`~._service.Call` of one gRPC call with a single reply, returned at the end."""
 
     __slots__ = ("reply",)

@@ -297,3 +297,43 @@ async def test_one_gib_round_trips_through_serve_with_bounded_memory(tmp_path: P
         (root / "huge.bin").unlink()
     assert served.process.returncode == 0
     assert _leftovers(root) == []
+
+
+async def test_stream_replies_written_serialized_are_protobufs_own_bytes(tmp_path: Path) -> None:
+    """File pieces and command output leave a reply stream framed by the broker (one copy),
+    not built and serialized: what the stock stub receives parses as protobuf's own messages,
+    and the raw bytes of each are exactly protobuf's serialization of them."""
+    import grpc.aio
+    from opsbroker.v1 import broker_pb2 as pb
+    from opsbroker.v1 import broker_pb2_grpc as pb_grpc
+    from opsbroker.v1.codec import CHUNK_BYTES
+
+    from ._harness import token_of
+
+    content = os.urandom(3 * CHUNK_BYTES + 7)
+    (tmp_path / "ROOT").mkdir()
+    (tmp_path / "ROOT" / "f").write_bytes(content)
+    async with serving(tmp_path, None) as server:
+        metadata = (("authorization", f"Bearer {token_of(server)}"),)
+        path = pb.PathRequest(path=str(tmp_path / "ROOT" / "f"))
+        async with grpc.aio.insecure_channel(server.addresses[0]) as channel:
+            stub = pb_grpc.BrokerStub(channel)  # type: ignore[no-untyped-call]
+            chunks = [c async for c in stub.ReadFile(path, metadata=metadata, timeout=30)]
+            assert b"".join(c.data for c in chunks) == content
+            assert len(chunks) == 4
+
+            raw = channel.unary_stream(
+                f"/{pb.DESCRIPTOR.services_by_name['Broker'].full_name}/ReadFile",
+                request_serializer=pb.PathRequest.SerializeToString,
+            )  # no deserializer: the bytes as the broker wrote them
+            messages = [m async for m in raw(path, metadata=metadata, timeout=30)]
+            assert messages == [c.SerializeToString() for c in chunks]
+
+            request = pb.ExecRequest(
+                command="head -c 3000000 /dev/zero | tr '\\0' x; echo; exit 3",
+                cwd=str(tmp_path / "ROOT"),
+            )
+            events = [e async for e in stub.Run(request, metadata=metadata, timeout=60)]
+            output = b"".join(e.output for e in events if e.WhichOneof("event") == "output")
+            assert output == b"x" * 3_000_000 + b"\n"
+            assert events[-1].WhichOneof("event") == "exit" and events[-1].exit.exit_code == 3
