@@ -37,6 +37,7 @@ import urllib.parse
 from collections.abc import (
     AsyncIterable,
     AsyncIterator,
+    Iterator,
     Mapping,
     Sequence,
 )
@@ -56,9 +57,9 @@ from opsbroker.v1.codec import (
     MAX_MESSAGE_BYTES,
     capabilities_from_wire,
     chunk_data_view,
-    chunks,
     error_from_wire,
     kind_from_wire,
+    passing_bytes,
     stat_from_wire,
 )
 from opsbroker.v1.sshframe import DEFAULT_MAX_FRAME_SIZE, bytes_field_message
@@ -230,6 +231,7 @@ class GrpcBackend:
         self._channel: grpc.aio.Channel | None = None
         self._stub: Any = None
         self._read_stream: Any = None
+        self._write_stream: Any = None
         self._frames_stream: Any = None
         self._capabilities: pb.CapabilitiesReply | None = None
         self._opening: asyncio.Lock | None = None
@@ -276,6 +278,12 @@ class GrpcBackend:
                     f"/{_BROKER.full_name}/ReadFile",
                     request_serializer=pb.PathRequest.SerializeToString,
                     response_deserializer=chunk_data_view,
+                )
+                # WriteFile's messages serialized here, each piece copied once (_data_messages).
+                self._write_stream = self._channel.stream_unary(
+                    f"/{_BROKER.full_name}/WriteFile",
+                    request_serializer=passing_bytes(pb.WriteFileRequest.SerializeToString),
+                    response_deserializer=pb.Empty.FromString,
                 )
                 # Frames likewise: its replies as views, its requests serialized by _FramesCall.
                 self._frames_stream = self._channel.stream_stream(
@@ -585,16 +593,17 @@ class GrpcBackend:
             request = pb.WriteSmallFileRequest(path=path, data=data, mode=mode)
             await self._change("write_file", path, "WriteSmallFile", request)
             return
-        stub = await self._ensure()
+        await self._ensure()
 
-        async def messages() -> AsyncIterator[pb.WriteFileRequest]:
-            pieces = chunks(data, CHUNK_BYTES)
-            yield pb.WriteFileRequest(path=path, data=next(pieces), size=len(data), mode=mode)
-            for piece in pieces:
-                yield pb.WriteFileRequest(data=piece)
+        async def messages() -> AsyncIterator[bytes]:
+            yield pb.WriteFileRequest(path=path, size=len(data), mode=mode).SerializeToString()
+            for message in _data_messages(data):
+                yield message
 
         try:
-            await stub.WriteFile(messages(), timeout=self._call_timeout, metadata=self._metadata)
+            await self._write_stream(
+                messages(), timeout=self._call_timeout, metadata=self._metadata
+            )
         except grpc.aio.AioRpcError as exc:
             raise _error(exc, "write_file", path) from None
 
@@ -610,22 +619,21 @@ class GrpcBackend:
         """
         _check("write_file", path)
         check_mode(mode, "write_file", path)
-        stub = await self._ensure()
+        await self._ensure()
         failure: list[BaseException] = []
 
-        async def messages() -> AsyncIterator[pb.WriteFileRequest]:
-            yield pb.WriteFileRequest(path=path, mode=mode)
+        async def messages() -> AsyncIterator[bytes]:
+            yield pb.WriteFileRequest(path=path, mode=mode).SerializeToString()
             try:
                 async for piece in chunks:
-                    for part in _pieces(piece, CHUNK_BYTES):
-                        if part:
-                            yield pb.WriteFileRequest(data=part)
+                    for message in _data_messages(piece):
+                        yield message
             except BaseException as exc:
                 failure.append(exc)
                 call.cancel()
                 raise
 
-        call = stub.WriteFile(messages(), timeout=self._call_timeout, metadata=self._metadata)
+        call = self._write_stream(messages(), timeout=self._call_timeout, metadata=self._metadata)
         try:
             await call
         except (grpc.aio.AioRpcError, asyncio.CancelledError) as exc:
@@ -852,7 +860,17 @@ def _check(op: str, path: object, *texts: object) -> None:
             ) from None
 
 
-_pieces = chunks  # `write_chunks` names its argument `chunks`, as the protocol does
+_DATA_FIELD: Final = pb.WriteFileRequest.DESCRIPTOR.fields_by_name["data"].number
+
+
+def _data_messages(content: bytes) -> Iterator[bytes]:
+    """Serialized ``WriteFileRequest(data=...)`` messages of at most ``CHUNK_BYTES`` of
+    ``content`` each, framed with one copy of it: a message built and serialized copies the
+    piece twice, and cutting the piece out once more. Fewer large buffers also means fewer
+    pages the allocator must fault in afresh in a process that has not tuned it."""
+    view = memoryview(content)
+    for start in range(0, len(view), CHUNK_BYTES):
+        yield bytes_field_message(_DATA_FIELD, [view[start : start + CHUNK_BYTES]])
 
 
 def _p(path: str) -> pb.PathRequest:

@@ -13,6 +13,7 @@ from typing import Any, TypeAlias
 
 import grpc
 import grpc.aio
+from opsbroker.v1.codec import passing_bytes
 
 from operations import OpsError, PolicyDenied, Unauthenticated
 
@@ -24,7 +25,6 @@ from ._grpcwire import (
     Undecodable,
     abort_with,
     current_principal,
-    passing_bytes,
     tolerant,
 )
 from ._service import METHODS
@@ -216,7 +216,9 @@ def _guard(handler: _Handler, method: str, auth: Authenticator) -> _Handler:
             tolerant(handler.request_deserializer) if ours else handler.request_deserializer
         ),
         "response_serializer": (
-            passing_bytes(handler.response_serializer) if ours else handler.response_serializer
+            passing_bytes(handler.response_serializer)
+            if ours and handler.response_serializer is not None
+            else handler.response_serializer
         ),
     }
     if handler.unary_unary is not None:

@@ -47,7 +47,6 @@ __all__ = [
     "Undecodable",
     "abort_with",
     "current_principal",
-    "passing_bytes",
     "status_of",
     "tolerant",
 ]
@@ -165,16 +164,3 @@ def tolerant(deserialize: Callable[[bytes], Any] | None) -> Callable[[bytes], An
             return Undecodable(type(exc).__name__)
 
     return parse
-
-
-def passing_bytes(serialize: Callable[[Any], bytes] | None) -> Callable[[Any], bytes] | None:
-    """A reply serializer that serializes messages and passes a reply already serialized
-    (``bytes``: the ``Frames`` carrier's, a file piece or output event framed in one copy) as
-    it is."""
-    if serialize is None:
-        return None
-
-    def serialized(reply: Any) -> bytes:
-        return reply if type(reply) is bytes else serialize(reply)
-
-    return serialized

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
+from opsbroker.v1.codec import CHUNK_BYTES
 
 from operations import InvalidArgument, write_chunks
 from tests.conformance._workspace import Workspace
@@ -46,6 +47,21 @@ async def test_write_chunks_with_mode(ws: Workspace) -> None:
     assert ws.mode_raw("big.bin") == 0o640
     await write_chunks(ws.ops, ws.path("new.bin"), _pieces(b"x"), mode=0o400)
     assert ws.mode_raw("new.bin") == 0o400
+
+
+async def test_content_larger_than_a_message_arrives_whole_with_its_mode(ws: Workspace) -> None:
+    """Above one wire message (``CHUNK_BYTES``) a write is streamed in pieces on the remote
+    backends: every piece arrives, in order, and the mode and size announced before them hold."""
+    content = bytes(range(256)) * (2 * CHUNK_BYTES // 256) + b"end"
+    await ws.ops.write_file(ws.path("large.bin"), content, mode=0o604)
+    assert ws.read_raw("large.bin") == content
+    assert ws.mode_raw("large.bin") == 0o604
+    pieces = _pieces(
+        b"", content[:7], content[7 : CHUNK_BYTES + 9], b"", content[CHUNK_BYTES + 9 :]
+    )
+    await write_chunks(ws.ops, ws.path("pieces.bin"), pieces, mode=0o640)
+    assert ws.read_raw("pieces.bin") == content
+    assert ws.mode_raw("pieces.bin") == 0o640
 
 
 @pytest.mark.parametrize("mode", [-1, 0o1000, 0o4755])

@@ -39,7 +39,6 @@ __all__ = [
     "capabilities_from_wire",
     "capabilities_to_wire",
     "chunk_data_view",
-    "chunks",
     "entry_from_wire",
     "entry_to_wire",
     "error_from_wire",
@@ -54,6 +53,7 @@ __all__ = [
     "match_to_wire",
     "output_from_wire",
     "output_to_wire",
+    "passing_bytes",
     "process_from_wire",
     "process_to_wire",
     "pty_from_wire",
@@ -139,14 +139,15 @@ def error_from_wire(detail: pb.ErrorDetail) -> OpsError:
     return _error_from_code(detail.code, detail.op, path, detail.reason or None, rule=rule)
 
 
-def chunks(data: bytes, size: int = CHUNK_BYTES) -> Iterator[bytes]:
-    """``data`` in pieces of at most ``size`` bytes (one empty piece for empty data)."""
-    if len(data) <= size:
-        yield data
-        return
-    view = memoryview(data)
-    for start in range(0, len(data), size):
-        yield bytes(view[start : start + size])
+def passing_bytes(serialize: Callable[[Any], bytes]) -> Callable[[Any], bytes]:
+    """A gRPC serializer that serializes messages and passes one already serialized (``bytes``,
+    e.g. a file piece framed by :func:`~opsbroker.v1.sshframe.bytes_field_message` with one copy
+    of it, where building the message and serializing it copies it twice) as it is."""
+
+    def serialized(message: Any) -> bytes:
+        return message if type(message) is bytes else serialize(message)
+
+    return serialized
 
 
 def chunk_data_view(raw: bytes) -> memoryview:
