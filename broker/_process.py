@@ -154,6 +154,8 @@ class _Run:
     """Done once a kill is requested."""
     finished: asyncio.Event = field(default_factory=asyncio.Event)
     last_activity: float = 0.0
+    delivering: int = 0
+    """Output pumps inside ``on_data`` now: a consumer holding the output is not quiet output."""
     read_chunk: int = READ_CHUNK
 
     @property
@@ -737,7 +739,9 @@ class ProcessManager:
     async def _wait_end(
         self, run: _Run, pump: asyncio.Task[None], exited: asyncio.Future[None]
     ) -> None:
-        """Return when the tree must be killed, or the shell exited and output went idle."""
+        """Return when the tree must be killed, or the shell exited and output went idle (no
+        output for the idle grace while the pump waits for it; time spent in ``on_data``, a slow
+        consumer, does not count: what is still in the pipe is delivered)."""
         loop = asyncio.get_running_loop()
         killed = run.killed
         while not exited.done() and not killed.done():
@@ -750,7 +754,9 @@ class ProcessManager:
         while not pump.done() and run.kill_reason is None:
             remaining = run.last_activity + self._idle_grace - loop.time()
             if remaining <= 0:
-                return
+                if not run.delivering:
+                    return
+                remaining = self._idle_grace  # look again once on_data may have returned
             await asyncio.wait(
                 (pump, killed), timeout=remaining, return_when=asyncio.FIRST_COMPLETED
             )
@@ -779,12 +785,15 @@ class ProcessManager:
                 return
             if not data:
                 return
-            run.last_activity = loop.time()
-            result = on_data(data)
-            if inspect.isawaitable(result):
-                await result
-            else:
-                await asyncio.sleep(0)  # a producer that never blocks must not starve the loop
+            run.delivering += 1
+            try:
+                result = on_data(data)
+                if inspect.isawaitable(result):
+                    await result
+                else:
+                    await asyncio.sleep(0)  # a producer that never blocks must not starve the loop
+            finally:
+                run.delivering -= 1
             run.last_activity = loop.time()
 
     def _watch_exit(self, run: _Run) -> asyncio.Future[None]:

@@ -218,6 +218,27 @@ async def test_output_still_draining_at_exit_ends_the_call_at_its_end(mode: str)
     assert returned - last < 2.5  # the grace was 5 s: waited out before the fix
 
 
+async def test_a_consumer_slower_than_the_idle_grace_still_gets_all_output(mode: str) -> None:
+    """Output still in the pipe when the shell exits is delivered however long ``on_data``
+    takes: a consumer holding the pump (backpressure) is not output going quiet. Before the
+    fix, whatever was in the pipe when ``on_data`` outlasted the grace was dropped."""
+    pm = make_manager(mode, idle_grace=0.1)
+    size = 900_000  # fits the pipe: the shell exits while the first chunk is being handled
+    got: list[bytes] = []
+
+    async def slow(chunk: bytes) -> None:
+        got.append(chunk)
+        if len(got) == 1:
+            await asyncio.sleep(0.6)  # six idle graces, after the shell has exited
+
+    try:
+        result = await pm.exec(bash_argv(f"head -c {size} /dev/zero"), cwd="/", on_data=slow)
+    finally:
+        await pm.aclose()
+    assert result == ExecResult(0)
+    assert len(b"".join(got)) == size
+
+
 async def test_quiet_stdout_holder_released_after_idle_grace(manager: ProcessManager) -> None:
     start = time.monotonic()
     result, out = await run(manager, "sleep 1000 & echo started")

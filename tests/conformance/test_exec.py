@@ -74,6 +74,23 @@ async def test_slow_consumer_gets_everything(ws: Workspace) -> None:
     assert b"".join(chunks).count(b"\n") == cmd.SEQ_LINES
 
 
+async def test_a_consumer_stalled_past_the_exit_gets_everything(ws: Workspace) -> None:
+    """About 1 MB of output (it fits the broker's pipe): the command exits while ``on_data``
+    holds the first chunk for half a second, several idle graces; the rest is still
+    delivered, whole and in order."""
+    lines = 150_000
+    chunks: list[bytes] = []
+
+    async def stalled(data: bytes) -> None:
+        chunks.append(data)
+        if len(chunks) == 1:
+            await asyncio.sleep(0.5)
+
+    result = await ws.ops.exec(f"seq 1 {lines}", ws.root, on_data=stalled)
+    assert result == ExecResult(0)
+    assert b"".join(chunks) == "".join(f"{n}\n" for n in range(1, lines + 1)).encode()
+
+
 async def test_env_is_passed(ws: Workspace) -> None:
     result, output = await run(ws, cmd.ECHO_ENV, env={cmd.ENV_VAR: "from-env"})
     assert (result, output) == (ExecResult(0), b"from-env\n")
