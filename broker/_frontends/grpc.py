@@ -96,7 +96,7 @@ class _StreamSend:
     """A reply stream's ``send``: messages, and command output and file pieces written as the
     serialized ``ExecEvent`` and ``Chunk`` (:class:`~._output.OutputSend`,
     :class:`~._service.ChunkSend`) in one copy, never built and serialized (two copies more;
-    the method's serializer passes them as they are: :func:`~._grpcwire.passing_bytes`)."""
+    the method's serializer passes them as they are: ``opsbroker.v1.codec.passing_bytes``)."""
 
     __slots__ = ("_write",)
 
