@@ -20,13 +20,7 @@ from operations import OpsError, PolicyDenied, Unauthenticated
 from .._auth import TokenTable
 from .._guard import Enforcement
 from .._tls import ClientCertificate, MutualTLS
-from ._grpcwire import (
-    SERVICE_NAME,
-    Undecodable,
-    abort_with,
-    current_principal,
-    tolerant,
-)
+from ._grpcwire import SERVICE_NAME, Undecodable, abort_with, current_principal, tolerant
 from ._service import METHODS
 
 __all__ = ["AuthenticatedServer", "Authenticator"]
