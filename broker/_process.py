@@ -33,8 +33,9 @@ SIGTERM (and SIGCONT, so a stopped process can act on it), ``kill_grace`` second
 the whole tree, a wait until the tree is empty, and the pipe closed from the broker's side so a
 descendant that kept stdout cannot hang the call. The result then has ``exit_code=None`` and the
 reason. When the shell exits on its own, output is read until it has been idle for ``idle_grace``
-(re-armed on every chunk, as the reference's ``waitForChildProcess``), then whatever is still
-running in the tree is killed the same way: no background process outlives its command.
+(re-armed on every chunk, as the reference's ``waitForChildProcess``; the time ``on_data`` takes
+with a chunk is not idle), then whatever is still running in the tree is killed the same way: no
+background process outlives its command.
 """
 
 from __future__ import annotations
