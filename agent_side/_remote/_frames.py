@@ -318,25 +318,35 @@ class FrameClient:
         cwd = start.cwd
         timeout = start.timeout if start.HasField("timeout") else None
         result: ExecResult | None = None
+        loop = asyncio.get_running_loop()
+        # The broker must report within the timeout plus the grace; the time on_data takes is
+        # the consumer's, and moves the deadline on (what the broker sent is still delivered).
+        deadline = None if timeout is None else loop.time() + timeout + self.grace
         async with self.call("Run", start, cwd) as call:
             remove = self._on_abort(signal, start.abort_id, call)
             try:
-                async with asyncio.timeout(None if timeout is None else timeout + self.grace):
-                    while (data := await call.receive()) is not None:
-                        offset = bytes_field_offset(data, _OUTPUT_FIELD)
-                        if offset is not None:  # ExecEvent(output=...): taken without parsing
-                            pending = on_data(data[offset:])
-                            if inspect.isawaitable(pending):
-                                await pending
-                            continue
+                while True:
+                    async with asyncio.timeout_at(deadline):
+                        data = await call.receive()
+                    if data is None:
+                        break
+                    offset = bytes_field_offset(data, _OUTPUT_FIELD)
+                    if offset is not None:  # ExecEvent(output=...): taken without parsing
+                        output = data[offset:]
+                    else:
                         event = pb.ExecEvent()
                         event.ParseFromString(data)
-                        if event.WhichOneof("event") == "output":
-                            pending = on_data(event.output)
-                            if inspect.isawaitable(pending):
-                                await pending
-                        elif event.WhichOneof("event") == "exit":
+                        if event.WhichOneof("event") == "exit":
                             result = exit_from_wire(event.exit)
+                        if event.WhichOneof("event") != "output":
+                            continue
+                        output = event.output
+                    handed = loop.time()
+                    pending = on_data(output)
+                    if inspect.isawaitable(pending):
+                        await pending
+                    if deadline is not None:
+                        deadline += loop.time() - handed
             except TimeoutError:
                 call.stream.close()
                 raise Unavailable(

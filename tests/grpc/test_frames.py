@@ -215,6 +215,27 @@ async def test_calls_on_one_stream_run_in_turn_as_the_streams_principal(tmp_path
     assert memory.commands.history == ["anything"] * 3
 
 
+async def test_a_consumer_slower_than_the_timeout_still_gets_the_exit(tmp_path: Path) -> None:
+    """The client gives up on a broker silent past the exec's timeout plus ``exec_grace``; time
+    its own ``on_data`` takes is not the broker's silence. The command ends within its timeout,
+    its output waits in transit, and a consumer that takes longer than the timeout plus the grace
+    gets all of it and the exit (before, ``Unavailable``: "the broker did not report")."""
+    got: list[bytes] = []
+
+    async def slow(chunk: bytes) -> None:
+        got.append(chunk)
+        await asyncio.sleep(0.6)
+
+    async with serving(tmp_path, None) as server, client(server, exec_grace=0.3) as ops:
+        command = "for i in 1 2 3 4 5 6; do echo $i; sleep 0.05; done"
+        started = time.monotonic()
+        result = await ops.exec(command, ops.root, on_data=slow, timeout=0.5)
+        took = time.monotonic() - started
+    assert result == ExecResult(0)
+    assert b"".join(got) == b"1\n2\n3\n4\n5\n6\n"
+    assert took > 0.5 + 0.3 + 0.3  # the consumer held the call well past the deadline
+
+
 @pytest.fixture(scope="module")
 async def memory_server(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Any]:
     memory = InMemoryOperations(root="/w")
