@@ -336,9 +336,10 @@ class FrameClient:
                     else:
                         event = pb.ExecEvent()
                         event.ParseFromString(data)
-                        if event.WhichOneof("event") == "exit":
+                        kind = event.WhichOneof("event")
+                        if kind == "exit":
                             result = exit_from_wire(event.exit)
-                        if event.WhichOneof("event") != "output":
+                        if kind != "output":
                             continue
                         output = event.output
                     handed = loop.time()
