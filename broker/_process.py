@@ -470,6 +470,7 @@ class ProcessManager:
         # The environment of a command that brings none, encoded once (its cookie comes last).
         self._default_env = {**MINIMAL_ENV, **self._sandbox_env}
         self._default_environ = _encode_env(self._default_env)
+        self._last_env: tuple[dict[str, str], dict[str, str], list[bytes]] | None = None
         self._own_scope: Ruleset | None = None
         if sandbox is None and scope_signals is not False:
             self._own_scope = signal_scope()
@@ -641,14 +642,8 @@ class ProcessManager:
         if _native is None:
             raise Unavailable("exec", None, NATIVE_MISSING)
         cookie = f"{self._tracker.cookie_prefix}{next(self._command_ids):x}"
-        if env is None:
-            child_env = self._default_env
-            environ = [*self._default_environ, os.fsencode(f"{COOKIE_VAR}={cookie}")]
-        else:
-            child_env = dict(env)
-            child_env.update(self._sandbox_env)  # the only temp dir a sandboxed command can write
-            child_env[COOKIE_VAR] = cookie
-            environ = _encode_env(child_env)
+        child_env, encoded = self._environment(env)
+        environ = [*encoded, os.fsencode(f"{COOKIE_VAR}={cookie}")]
         opened: list[int] = []
         tree: Tree | None = None
         try:
@@ -692,6 +687,22 @@ class ProcessManager:
         tree.started(pid, pidfd)
         run = _Run(leader=_Leader(pid), read_fds=list(stdio.read_fds), pidfd=pidfd, tree=tree)
         return run, stdio.stdin
+
+    def _environment(self, env: Mapping[str, str] | None) -> tuple[Mapping[str, str], list[bytes]]:
+        """A command's environment without its cookie, and that encoded: ``env`` (``None``:
+        :data:`MINIMAL_ENV`) with the sandbox's variables over it (its only writable temp dir).
+        The last one is kept: a policy gives its commands the same environment, and encoding it
+        costs more than comparing it."""
+        if env is None:
+            return self._default_env, self._default_environ
+        last = self._last_env
+        if last is not None and last[0] == env:
+            return last[1], last[2]
+        child_env = {**env, **self._sandbox_env}
+        child_env.pop(COOKIE_VAR, None)  # the cookie is the broker's, never the caller's
+        encoded = _encode_env(child_env)
+        self._last_env = (dict(env), child_env, encoded)
+        return child_env, encoded
 
     def _devnull(self) -> int:
         if self._null_fd < 0:

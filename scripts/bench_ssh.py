@@ -1099,13 +1099,17 @@ CPU_GOAL_S = 0.7e-3  # broker CPU per exec("true") to reach (issue 20)
 COLD_PAUSE_S = 2e-3  # idle between execs for the core's cold figure: a client's round trip
 
 
-def _thread_cpu(pid: int) -> float:
-    """CPU seconds the process's live threads have run (``schedstat``: ns, not clock ticks)."""
-    total = 0
+def _thread_cpu(pid: int) -> tuple[float, float]:
+    """CPU seconds the process's live threads have run (``schedstat``: ns, not clock ticks):
+    all of them, and its main thread (the event loop's) alone."""
+    total = main = 0
     for task in os.listdir(f"/proc/{pid}/task"):
         with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{task}/schedstat") as f:
-            total += int(f.read().split()[0])
-    return total / 1e9
+            ns = int(f.read().split()[0])
+            total += ns
+            if task == str(pid):
+                main = ns
+    return total / 1e9, main / 1e9
 
 
 def _reaped_cpu(pid: int) -> float:
@@ -1123,6 +1127,7 @@ class _Cpu:
     shells: float
     client: float
     wall: float
+    threads: float = 0.0  # the broker's CPU outside its main thread (grpc's own threads)
     median: float = 0.0  # the broker's CPU in the median round (:func:`_cpu_of`)
 
     @property
@@ -1139,11 +1144,13 @@ async def _cpu_of(pid: int, workload: Callable[[], Awaitable[object]], n: int) -
     await workload()
     measured = []
     for _ in range(CPU_ROUNDS):
-        cpu = (_thread_cpu(pid), _reaped_cpu(pid), time.process_time(), time.perf_counter())
+        (total, main) = _thread_cpu(pid)
+        cpu = (total, main, _reaped_cpu(pid), time.process_time(), time.perf_counter())
         await workload()
-        after = (_thread_cpu(pid), _reaped_cpu(pid), time.process_time(), time.perf_counter())
-        broker, shells, client, wall = ((b - a) / n for a, b in zip(cpu, after, strict=True))
-        measured.append(_Cpu(broker, shells, client, wall))
+        (total, main) = _thread_cpu(pid)
+        after = (total, main, _reaped_cpu(pid), time.process_time(), time.perf_counter())
+        broker, loop, shells, client, wall = ((b - a) / n for a, b in zip(cpu, after, strict=True))
+        measured.append(_Cpu(broker, shells, client, wall, threads=broker - loop))
     best = min(measured, key=lambda m: m.broker)
     return replace(best, median=statistics.median(m.broker for m in measured))
 
@@ -1325,7 +1332,8 @@ def exec_cpu() -> None:
                         f"per exec ({one.broker / CPU_GOAL_S:.2f}x of the {_ms(CPU_GOAL_S)} "
                         f"goal; median round {_ms(one.median)}) = core {_ms(core)} + bare "
                         f"transport {_ms(floor[name])} + the rest "
-                        f"{_ms(one.broker - core - floor[name])}; shells {_ms(one.shells)}, "
+                        f"{_ms(one.broker - core - floor[name])}; of it outside the event "
+                        f"loop's thread {_ms(one.threads)}; shells {_ms(one.shells)}, "
                         f"client {_ms(one.client)}, wall {_ms(one.wall)}",
                         flush=True,
                     )

@@ -65,6 +65,27 @@ async def test_environment_is_exactly_the_callers_plus_cookie(manager: ProcessMa
     assert lines[1].startswith(f"{COOKIE_VAR}=")
 
 
+async def test_each_command_gets_its_own_environment_and_cookie(manager: ProcessManager) -> None:
+    """The same environment twice, then another: each command sees exactly its own, and a
+    cookie the caller sets is replaced by the broker's, which names each command apart."""
+
+    async def environment(env: dict[str, str]) -> dict[str, str]:
+        output: list[bytes] = []
+        result = await manager.exec(["/usr/bin/env"], cwd="/", on_data=output.append, env=env)
+        assert result == ExecResult(0)
+        lines = b"".join(output).decode().splitlines()
+        assert len(lines) == len({line.split("=", 1)[0] for line in lines})  # no name twice
+        return dict(line.split("=", 1) for line in lines)
+
+    spoofed = {"A": "1", COOKIE_VAR: "the-callers"}
+    first, second = await environment(spoofed), await environment(dict(spoofed))
+    third = await environment({"A": "2"})
+    assert [e["A"] for e in (first, second, third)] == ["1", "1", "2"]
+    assert all(set(e) == {"A", COOKIE_VAR} for e in (first, second, third))
+    cookies = {e[COOKIE_VAR] for e in (first, second, third)}
+    assert len(cookies) == 3 and "the-callers" not in cookies
+
+
 async def test_default_environment_is_minimal_not_the_brokers(
     manager: ProcessManager, monkeypatch: pytest.MonkeyPatch
 ) -> None:

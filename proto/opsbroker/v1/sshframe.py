@@ -85,6 +85,7 @@ MAX_METHOD_LENGTH: Final = 64
 
 _HEADER = struct.Struct(">IB")
 _LENGTH = struct.Struct(">I")
+_LENGTH_BYTES: Final = _LENGTH.size
 
 HEADER_BYTES: Final = _HEADER.size
 """Bytes a frame adds before its body (length and kind)."""
@@ -470,21 +471,29 @@ class FrameConnection:
             raise RemoteProtocolError(str(exc)) from exc
 
     def _extract_event(self) -> Event | _NeedData:
-        if self._size < _LENGTH.size:
-            return self._need_data(self._size)
+        size = self._size
+        if size < _LENGTH_BYTES:
+            return self._need_data(size)
         first, offset = self._parts[0], self._offset
-        if len(first) - offset >= _LENGTH.size:
+        held = len(first) - offset  # what the first part still holds
+        if held >= _LENGTH_BYTES:
             (length,) = _LENGTH.unpack_from(first, offset)
         else:  # a length split across receives
-            (length,) = _LENGTH.unpack(self._take(_LENGTH.size, peek=True))
+            (length,) = _LENGTH.unpack(self._take(_LENGTH_BYTES, peek=True))
         self._check_length(length)
-        if self._size < _LENGTH.size + length:
-            return self._need_data(self._size)
-        if len(first) - offset >= HEADER_BYTES:
-            kind = first[offset + _LENGTH.size]
+        end = _LENGTH_BYTES + length
+        if size < end:
+            return self._need_data(size)
+        if held >= end:  # the common case: the whole frame in the first part, cut out at once
+            kind = first[offset + _LENGTH_BYTES]
+            body = bytes(first[offset + HEADER_BYTES : offset + end])
+            self._consume(end)
+            return _decode_body(kind, body)
+        if held >= HEADER_BYTES:
+            kind = first[offset + _LENGTH_BYTES]
             self._consume(HEADER_BYTES)
         else:
-            kind = self._take(HEADER_BYTES)[_LENGTH.size]
+            kind = self._take(HEADER_BYTES)[_LENGTH_BYTES]
         return _decode_body(kind, self._take(length - 1))
 
     def _take(self, count: int, *, peek: bool = False) -> bytes:
