@@ -10,7 +10,8 @@ apart, or on a pseudo-terminal.
 
 Its output goes to an :class:`OutputRing` of ``process.ring_bytes``: global offsets, chunks tagged
 by stream, the oldest bytes dropped when full, so the process is never slowed by an attacher and
-an attacher that falls behind is told how much it missed. The lifetime (``timeout``, at most
+an attacher that falls behind is told how much it missed; or, for a process started with
+``backpressure``, the process waits for its attachers and nothing is lost. The lifetime (``timeout``, at most
 ``process.max_lifetime``), the idle timeout (no output for that long), ``kill`` and :meth:`aclose`
 all kill through the manager's one kill path. A finished process's record and ring are kept for
 ``process.retention`` seconds, then forgotten (its id is then unknown).
@@ -72,11 +73,26 @@ class OutputRing:
 
     Appending never waits: when full, the oldest bytes are dropped. Readers wait on
     :attr:`changed`, an event set (and replaced) on every append and at the end.
+
+    A ``backpressure`` ring drops only bytes every reader has read (none while no reader
+    follows): its writer waits for :meth:`room` first, and readers say how far they have
+    read (:meth:`follow`, :meth:`advance`, :meth:`leave`).
     """
 
-    __slots__ = ("_capacity", "_chunks", "_head", "_held", "_offsets", "changed", "end")
+    __slots__ = (
+        "_capacity",
+        "_chunks",
+        "_head",
+        "_held",
+        "_offsets",
+        "_read",
+        "_readers",
+        "backpressure",
+        "changed",
+        "end",
+    )
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, *, backpressure: bool = False) -> None:
         self._capacity = capacity
         self._chunks: list[tuple[Stream, bytes]] = []
         self._offsets: list[int] = []
@@ -85,21 +101,52 @@ class OutputRing:
         self.end = 0
         """The offset of the next byte: every byte produced so far."""
         self.changed = asyncio.Event()
+        self.backpressure = backpressure
+        self._readers: dict[object, int] = {}  # reader -> the offset it reads next
+        self._read = asyncio.Event()  # a reader advanced or left
 
     @property
     def start(self) -> int:
         """The offset of the oldest byte still held."""
         return self.end - self._held
 
+    async def room(self, size: int) -> None:
+        """Wait until ``size`` more bytes fit without dropping a byte some reader has yet to
+        read (at once on a ring without backpressure). A chunk larger than the ring waits
+        until every byte held has been read."""
+        while self.backpressure:
+            unread = self.end - max(min(self._readers.values(), default=0), self.start)
+            if not unread or unread + size <= self._capacity:
+                return
+            self._read.clear()
+            await self._read.wait()
+
+    def follow(self, reader: object, offset: int) -> None:
+        """``reader`` reads from ``offset`` on (a backpressure ring keeps it until then)."""
+        self._readers[reader] = offset
+        self._read.set()
+
+    def advance(self, reader: object, offset: int) -> None:
+        """``reader`` has read everything before ``offset``."""
+        self._readers[reader] = offset
+        self._read.set()
+
+    def leave(self, reader: object) -> None:
+        """``reader`` reads no more."""
+        self._readers.pop(reader, None)
+        self._read.set()
+
     def append(self, stream: Stream, data: bytes) -> None:
-        if len(data) > self._capacity:  # only its tail can be held
+        if len(data) > self._capacity and not self.backpressure:  # only its tail can be held
             self.end += len(data) - self._capacity
             data = data[-self._capacity :]
         self._chunks.append((stream, data))
         self._offsets.append(self.end)
         self.end += len(data)
         self._held += len(data)
-        self._drop(self._held - self._capacity)
+        # A backpressure ring takes a chunk larger than itself whole, once all before is read.
+        limit = max(self._capacity, len(data)) if self.backpressure else self._capacity
+        self._drop(self._held - limit)
         self.notify()
 
     def notify(self) -> None:
@@ -172,6 +219,8 @@ class _Record:
     timers: list[asyncio.TimerHandle] = field(default_factory=list)
     task: asyncio.Task[None] | None = None
     last_output: float = 0.0
+    held: int = 0
+    """Output deliveries waiting for room in a backpressure ring (see ``_on_held_output``)."""
 
     @property
     def running(self) -> bool:
@@ -245,6 +294,7 @@ class ProcessTable:
         pty: PtySize | None = None,
         timeout: float | None = None,
         idle_timeout: float | None = None,
+        backpressure: bool = False,
         owner: str | None = None,
         gate: Gate | None = None,
     ) -> ProcessInfo:
@@ -284,7 +334,7 @@ class ProcessTable:
             started_at=time.time(),
             pty=pty,
             live=live,
-            ring=OutputRing(policy.ring_bytes),
+            ring=OutputRing(policy.ring_bytes, backpressure=backpressure),
             stdin_fd=live.stdin_fd,
             idle_timeout=idle,
             last_output=loop.time(),
@@ -331,6 +381,8 @@ class ProcessTable:
         def check() -> None:
             if not record.running:
                 return
+            if record.held:  # output is waiting for a slow reader: the process is not idle
+                record.last_output = loop.time()
             if loop.time() >= record.last_output + record.idle_timeout - 1e-3:  # type: ignore[operator]
                 record.live.kill(KillReason.IDLE_TIMEOUT)
             else:
@@ -343,11 +395,22 @@ class ProcessTable:
         record.last_output = asyncio.get_running_loop().time()
         record.ring.append(stream, data)
 
+    async def _on_held_output(self, record: _Record, stream: Stream, data: bytes) -> None:
+        """Output of a backpressure process: its pump (and so the process, once its pipe is
+        full) waits until the ring has room. A process held so is not idle: it has output."""
+        record.held += 1
+        try:
+            await record.ring.room(len(data))
+        finally:
+            record.held -= 1
+        self._on_output(record, stream, data)
+
     async def _supervise(self, record: _Record) -> None:
         live = record.live
         streams = [Stream.STDOUT] if live.tty else [Stream.STDOUT, Stream.STDERR]
+        deliver = self._on_held_output if record.ring.backpressure else self._on_output
         readers = [
-            (fd, functools.partial(self._on_output, record, stream))
+            (fd, functools.partial(deliver, record, stream))
             for fd, stream in zip(live.read_fds, streams, strict=True)
         ]
         result = ExecResult(None, KillReason.ABORTED)
@@ -414,18 +477,24 @@ class ProcessTable:
 
     async def _follow(self, record: _Record, offset: int) -> AsyncIterator[ProcessOutput]:
         ring = record.ring
-        while True:
-            changed = ring.changed
-            pieces = ring.read(offset)
-            if pieces:
-                for piece in pieces:
-                    yield piece
-                last = pieces[-1]
-                offset = last.offset + len(last.data)
-                continue
-            if record.ended.is_set():
-                return
-            await changed.wait()
+        reader = object()
+        ring.follow(reader, offset)
+        try:
+            while True:
+                changed = ring.changed
+                pieces = ring.read(offset)
+                if pieces:
+                    for piece in pieces:
+                        yield piece
+                        ring.advance(reader, piece.offset + len(piece.data))  # taken
+                    last = pieces[-1]
+                    offset = last.offset + len(last.data)
+                    continue
+                if record.ended.is_set():
+                    return
+                await changed.wait()
+        finally:
+            ring.leave(reader)
 
     # -- input, signals, size -----------------------------------------------------------------
 

@@ -326,12 +326,19 @@ class _WrittenProcesses:
         pty: PtySize | None = None,
         timeout: float | None = None,
         idle_timeout: float | None = None,
+        backpressure: bool = False,
         owner: str | None = None,
         gate: Gate | None = None,
     ) -> ProcessInfo:
         self._backend._read(gate, cwd)
         return await self._inner("start_process").start(
-            command, cwd, env=env, pty=pty, timeout=timeout, idle_timeout=idle_timeout
+            command,
+            cwd,
+            env=env,
+            pty=pty,
+            timeout=timeout,
+            idle_timeout=idle_timeout,
+            backpressure=backpressure,
         )
 
     def attach(

@@ -44,6 +44,7 @@ class GuardedProcesses:
         pty: PtySize | None = None,
         timeout: float | None = None,
         idle_timeout: float | None = None,
+        backpressure: bool = False,
     ) -> ProcessInfo:
         guard = self._guard
         op = "start_process"
@@ -57,6 +58,7 @@ class GuardedProcesses:
                 pty=pty,
                 timeout=check_timeout(timeout, op, cwd),
                 idle_timeout=check_timeout(idle_timeout, op, cwd),
+                backpressure=backpressure,
                 owner=self._owner,
                 gate=entry.gate,
             )

@@ -51,20 +51,41 @@ __all__ = ["MemoryProcesses"]
 
 
 class _Ring:
-    """The last ``capacity`` bytes of an output, addressed by global offsets."""
+    """The last ``capacity`` bytes of an output, addressed by global offsets; with
+    ``backpressure``, only bytes every reader has read are dropped (the core's ``OutputRing``)."""
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, *, backpressure: bool = False) -> None:
         self.capacity = capacity
+        self.backpressure = backpressure
         self.data = bytearray()
         self.start = 0  # the offset of data[0]
+        self.readers: dict[object, int] = {}  # reader -> the offset it reads next
+        self.read = asyncio.Event()  # a reader advanced or left
 
     @property
     def end(self) -> int:
         return self.start + len(self.data)
 
+    async def room(self, size: int) -> None:
+        """Wait until ``size`` more bytes fit without dropping a byte a reader has yet to read."""
+        while self.backpressure:
+            unread = self.end - max(min(self.readers.values(), default=0), self.start)
+            if not unread or unread + size <= self.capacity:
+                return
+            self.read.clear()
+            await self.read.wait()
+
+    def mark(self, reader: object, offset: int | None) -> None:
+        """``reader`` reads next at ``offset`` (``None``: it left)."""
+        if offset is None:
+            self.readers.pop(reader, None)
+        else:
+            self.readers[reader] = offset
+        self.read.set()
+
     def append(self, chunk: bytes) -> None:
         self.data += chunk
-        excess = len(self.data) - self.capacity
+        excess = len(self.data) - max(self.capacity, len(chunk) if self.backpressure else 0)
         if excess > 0:
             del self.data[:excess]
             self.start += excess
@@ -84,10 +105,27 @@ class _Process:
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     last_output: float = 0.0
     task: asyncio.Task[None] | None = None
+    held: int = 0  # outputs waiting for room in a backpressure ring
 
-    def output(self, data: bytes) -> None:
-        if self.info.pty is not None:
-            data = data.replace(b"\n", b"\r\n")  # a terminal's onlcr
+    async def output(self, data: bytes) -> None:
+        """The command's output: into the ring, once a backpressure ring has room for it."""
+        data = self._terminal(data)
+        if self.ring.backpressure:
+            self.held += 1
+            try:
+                await self.ring.room(len(data))
+            finally:
+                self.held -= 1
+        self._append(data)
+
+    def output_now(self, data: bytes) -> None:
+        """Output that never waits (the terminal's echo, a handler's crash)."""
+        self._append(self._terminal(data))
+
+    def _terminal(self, data: bytes) -> bytes:
+        return data if self.info.pty is None else data.replace(b"\n", b"\r\n")  # onlcr
+
+    def _append(self, data: bytes) -> None:
         self.ring.append(data)
         self.info = replace(self.info, bytes_out=self.ring.end)
         self.last_output = asyncio.get_running_loop().time()
@@ -156,6 +194,7 @@ class MemoryProcesses:
         pty: PtySize | None = None,
         timeout: float | None = None,
         idle_timeout: float | None = None,
+        backpressure: bool = False,
         owner: str | None = None,
         gate: Gate | None = None,
     ) -> ProcessInfo:
@@ -188,7 +227,8 @@ class MemoryProcesses:
         info = ProcessInfo(
             id, command, cwd, ProcessState.RUNNING, self._backend.vfs.clock(), pty=pty
         )
-        process = _Process(info, owner, ProcessIO(id, pty=pty), _Ring(self.policy.ring_bytes))
+        ring = _Ring(self.policy.ring_bytes, backpressure=backpressure)
+        process = _Process(info, owner, ProcessIO(id, pty=pty), ring)
         process.last_output = asyncio.get_running_loop().time()
         self._processes[id] = process
         process.task = asyncio.create_task(
@@ -231,6 +271,8 @@ class MemoryProcesses:
         def check_idle() -> None:
             nonlocal timer
             assert idle is not None
+            if process.held:  # output waits for a slow reader: the process is not idle
+                process.last_output = loop.time()
             quiet = loop.time() - process.last_output
             if quiet >= idle * self._scale:
                 process.abort.abort(KillReason.IDLE_TIMEOUT)
@@ -250,7 +292,7 @@ class MemoryProcesses:
                 io=process.io,
             )
         except Exception as error:  # a handler's bug: shown as the shell shows a crash
-            process.output(f"{type(error).__name__}: {error}\n".encode())
+            process.output_now(f"{type(error).__name__}: {error}\n".encode())
             result = ExecResult(1)
         finally:
             if timer is not None:
@@ -297,18 +339,23 @@ class MemoryProcesses:
             )
         self._record(op, id, "ok", str(from_offset))
         offset = from_offset
-        while True:
-            ring = process.ring
-            dropped = max(0, ring.start - offset)
-            offset += dropped
-            if offset < ring.end:
-                data = ring.since(offset)
-                yield ProcessOutput(offset, data, Stream.STDOUT, dropped)
-                offset += len(data)
-                continue
-            if process.ended.is_set():
-                return
-            await process.changed.wait()
+        ring, reader = process.ring, object()
+        ring.mark(reader, offset)
+        try:
+            while True:
+                dropped = max(0, ring.start - offset)
+                offset += dropped
+                if offset < ring.end:
+                    data = ring.since(offset)
+                    yield ProcessOutput(offset, data, Stream.STDOUT, dropped)
+                    offset += len(data)
+                    ring.mark(reader, offset)  # taken
+                    continue
+                if process.ended.is_set():
+                    return
+                await process.changed.wait()
+        finally:
+            ring.mark(reader, None)
 
     async def write_stdin(self, id: str, data: bytes, *, owner: str | None = None) -> None:
         """Feed the process's stdin (waits while its pipe is full).
@@ -324,7 +371,7 @@ class MemoryProcesses:
             self._record(op, id, error.code, f"{len(data)} bytes")
             raise
         if process.info.pty is not None and data:
-            process.output(data)  # the terminal echoes its input
+            process.output_now(data)  # the terminal echoes its input
         self._record(op, id, "ok", f"{len(data)} bytes")
 
     async def close_stdin(self, id: str, *, owner: str | None = None) -> None:

@@ -3,7 +3,8 @@
 A dev server, a watcher or a REPL is *started* and gets a stable id; it lives in the backend (on a
 broker: in the broker, not in a connection), so a client that went away can come back, *attach*
 and replay what the process wrote, then follow it live. Its output is kept in a bounded ring; an
-attach from an offset the ring no longer holds says how many bytes were dropped, never silently.
+attach from an offset the ring no longer holds says how many bytes were dropped, never silently
+(a process started with ``backpressure`` waits for its attachers instead, losing nothing).
 Every guarantee of ``exec`` holds: the cwd is confined, the environment is the policy's, the tree
 is tracked and killed as one (``kill``, the timeout, the idle timeout and broker shutdown take the
 one kill path), and the audit records start, attach, stdin, signals and the exit.
@@ -115,12 +116,20 @@ class ProcessOperations(Protocol):
         pty: PtySize | None = None,
         timeout: float | None = None,
         idle_timeout: float | None = None,
+        backpressure: bool = False,
     ) -> ProcessInfo:
         """Start ``command`` through the shell in ``cwd`` and return at once, running.
 
         ``pty`` gives it a pseudo-terminal of that size (stdin, stdout and stderr; one output
         stream). ``timeout`` bounds its lifetime and ``idle_timeout`` the time it may go without
         producing output, in seconds (the policy's limits apply and may be lower).
+
+        With ``backpressure`` the process waits for its attachers instead of losing output, as
+        a program writing to a pipe waits for its reader: the ring drops only bytes that every
+        attacher has read (none while no one is attached), and while it is full the process's
+        writes block. Time spent so is not idle. For a process that one stream owns (a terminal
+        session, a command whose whole output a client relays); without it a slow attacher
+        never slows the process and is told what it missed.
 
         Raises:
             InvalidArgument: a bad timeout, size or command. PolicyDenied: the policy refuses the
@@ -201,6 +210,7 @@ class GatedProcessOperations(Protocol):
         pty: PtySize | None = None,
         timeout: float | None = None,
         idle_timeout: float | None = None,
+        backpressure: bool = False,
         owner: str | None = None,
         gate: Gate | None = None,
     ) -> ProcessInfo: ...

@@ -82,6 +82,7 @@ class RemoteProcesses:
         pty: PtySize | None = None,
         timeout: float | None = None,
         idle_timeout: float | None = None,
+        backpressure: bool = False,
     ) -> ProcessInfo:
         request = pb.StartProcessRequest(
             command=command,
@@ -89,6 +90,7 @@ class RemoteProcesses:
             env=dict(env or {}),
             timeout=check_timeout(timeout, "start_process", cwd),
             idle_timeout=check_timeout(idle_timeout, "start_process", cwd),
+            backpressure=backpressure,
         )
         if pty is not None:
             _check_size("start_process", pty.cols, pty.rows)

@@ -493,6 +493,7 @@ class Service:
             pty=pty_from_wire(request.pty) if request.HasField("pty") else None,
             timeout=limit("timeout"),
             idle_timeout=limit("idle_timeout"),
+            backpressure=request.backpressure,
         )
         await call.send(process_to_wire(info))
 

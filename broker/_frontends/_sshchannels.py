@@ -302,6 +302,7 @@ class PtyChannel(_Kind):
                 self.server.ops.root,
                 env={"TERM": self.term} if self.term else None,
                 pty=self.size,
+                backpressure=True,  # as sshd: a slow client slows the session, loses nothing
             )
         except OpsError as exc:
             chan.write_stderr(f"opsbroker: {exc}\r\n".encode())

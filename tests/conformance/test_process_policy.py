@@ -16,7 +16,7 @@ from typing import Protocol, cast
 import pytest
 
 from operations import PolicyDenied, ProcessOperations, ProcessPolicy, ProcessState
-from tests.conformance._commands import SEQ, SLEEP
+from tests.conformance._commands import SEQ, SHORT_LIMIT_S, SLEEP
 from tests.conformance._workspace import Workspace
 from tests.conformance.conftest import BACKENDS
 
@@ -110,3 +110,48 @@ async def test_a_start_over_a_limit_is_refused(
             await procs.kill(third.id)
         finally:
             await procs.kill(second.id)
+
+
+BIG_SEQ = 300_000
+"""``seq 1 BIG_SEQ`` writes about 2 MB: more than a pipe, the ring and a read together hold."""
+
+
+async def test_a_process_with_backpressure_waits_for_its_slow_attacher(
+    open_with: OpenWith,
+) -> None:
+    """With ``backpressure`` a ring far smaller than the output loses nothing: while no one
+    reads, the process waits (it is still running, its output cut short); a slow attacher then
+    gets every byte, none dropped, and the process exits 0."""
+    whole = b"".join(b"%d\n" % i for i in range(1, BIG_SEQ + 1))
+    async with open_with(ProcessPolicy(ring_bytes=RING)) as ws:
+        procs = processes(ws)
+        info = await procs.start(f"seq 1 {BIG_SEQ}", ws.root, backpressure=True)
+        await asyncio.sleep(1.0)  # nobody reads: the ring fills and the process waits
+        (now,) = [p for p in await procs.list_processes() if p.id == info.id]
+        assert now.state is ProcessState.RUNNING and now.bytes_out < len(whole)
+        received = []
+        async with asyncio.timeout(WAIT_S):
+            async for piece in procs.attach(info.id):
+                received.append(piece)
+                if len(received) % 100 == 0:
+                    await asyncio.sleep(0.05)  # a reader slower than seq
+            end = await procs.wait(info.id)
+        assert sum(p.dropped for p in received) == 0
+        assert b"".join(p.data for p in received) == whole
+        assert (end.state, end.exit_code, end.bytes_out) == (ProcessState.EXITED, 0, len(whole))
+
+
+async def test_a_process_held_by_its_reader_is_not_idle(open_with: OpenWith) -> None:
+    """The idle timeout counts time without output; a process whose output waits for a slow
+    reader has output, so it is not killed as idle however long the reader takes."""
+    async with open_with(ProcessPolicy(ring_bytes=RING)) as ws:
+        procs = processes(ws)
+        info = await procs.start(
+            f"seq 1 {BIG_SEQ}", ws.root, backpressure=True, idle_timeout=SHORT_LIMIT_S
+        )
+        await asyncio.sleep(SHORT_LIMIT_S * 1.5)  # held back all along by nobody reading
+        async with asyncio.timeout(WAIT_S):
+            data = b"".join([piece.data async for piece in procs.attach(info.id)])
+            end = await procs.wait(info.id)
+        assert (end.state, end.kill_reason, end.exit_code) == (ProcessState.EXITED, None, 0)
+        assert data == b"".join(b"%d\n" % i for i in range(1, BIG_SEQ + 1))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 import pytest
 from k8s_agent_sandbox.exceptions import SandboxRequestError
@@ -41,6 +42,27 @@ def test_commands_stream_through_the_sdk_stub(sandboxd: Sandboxd) -> None:
     err = b"".join(e.stderr for e in events if e.WhichOneof("event") == "stderr")
     assert (out, err) == (b"a\n", b"b\n")
     assert events[-1].WhichOneof("event") == "exit" and events[-1].exit.exit_code == 5
+
+
+def test_a_stream_read_late_still_gets_every_byte(sandboxd: Sandboxd) -> None:
+    """As sandboxd streams a command's output, a client that stops reading slows the command
+    and loses nothing: 8 MB through a 1 MiB ring, read after a 3 s pause, arrive whole."""
+    from k8s_agent_sandbox.commands._process_stubs import process_pb2, process_pb2_grpc
+
+    conn = connector(sandboxd)
+    conn.connect()
+    stub = process_pb2_grpc.ProcessServiceStub(conn.grpc_channel())
+    size = 8_000_000
+    command = ["sh", "-c", f"head -c {size} /dev/zero | tr '\\0' x"]
+    events = stub.Start(
+        process_pb2.StartRequest(config=process_pb2.ProcessConfig(command=command)), timeout=60
+    )
+    assert next(events).WhichOneof("event") == "init"
+    time.sleep(3)  # the client reads nothing: the broker's ring (1 MiB) fills long before
+    rest = list(events)
+    out = b"".join(e.stdout for e in rest if e.WhichOneof("event") == "stdout")
+    assert (len(out), out.strip(b"x")) == (size, b"")
+    assert rest[-1].WhichOneof("event") == "exit" and rest[-1].exit.exit_code == 0
 
 
 def test_files_write_read_list_exists_delete(sandboxd: Sandboxd) -> None:

@@ -365,3 +365,28 @@ async def test_a_signal_that_ends_a_command_is_reported(setup: SSHSetup) -> None
     assert (result.exit_code, result.signal, result.kill_reason) == (None, signal.SIGTERM, None)
     code, _ = await ssh_tt(setup, "kill -TERM $$")
     assert code == 255  # what OpenSSH exits with for an exit-signal
+
+
+async def test_a_client_that_reads_late_still_gets_every_line(setup: SSHSetup) -> None:
+    """As with sshd, a terminal session's output waits for a slow client and none is lost:
+    ``ssh -tt`` whose output this test leaves unread for 3 s gets all of ``seq``'s 17 MB."""
+    last = 2_000_000
+    proc = await asyncio.create_subprocess_exec(
+        *_argv(setup, "-tt"),
+        f"seq 1 {last}",
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    try:
+        await asyncio.sleep(3)  # ssh fills its pipe to us, then stops reading the channel
+        assert proc.stdout is not None
+        out = await asyncio.wait_for(proc.stdout.read(), DEADLINE_S)
+        assert await asyncio.wait_for(proc.wait(), DEADLINE_S) == 0
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    lines = out.split(b"\r\n")
+    assert lines[-1] == b"" and len(lines) == last + 1  # every line, on a terminal's line ends
+    assert lines[:-1] == [b"%d" % n for n in range(1, last + 1)]

@@ -142,6 +142,7 @@ class ProcessServicer(pb_grpc.ProcessServiceServicer):
             env=dict(config.env_vars) or None,
             pty=pty,
             timeout=remaining if remaining is not None and remaining > 0 else None,
+            backpressure=True,  # as sandboxd: a slow client slows the process, loses nothing
         )
 
     async def Start(self, request: pb.StartRequest, context: Context) -> None:

@@ -278,7 +278,7 @@ class PtySize(_message.Message):
     def __init__(self, cols: _Optional[int] = ..., rows: _Optional[int] = ...) -> None: ...
 
 class StartProcessRequest(_message.Message):
-    __slots__ = ("command", "cwd", "env", "pty", "timeout", "idle_timeout")
+    __slots__ = ("command", "cwd", "env", "pty", "timeout", "idle_timeout", "backpressure")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -292,13 +292,15 @@ class StartProcessRequest(_message.Message):
     PTY_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     IDLE_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    BACKPRESSURE_FIELD_NUMBER: _ClassVar[int]
     command: str
     cwd: str
     env: _containers.ScalarMap[str, str]
     pty: PtySize
     timeout: float
     idle_timeout: float
-    def __init__(self, command: _Optional[str] = ..., cwd: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., pty: _Optional[_Union[PtySize, _Mapping]] = ..., timeout: _Optional[float] = ..., idle_timeout: _Optional[float] = ...) -> None: ...
+    backpressure: bool
+    def __init__(self, command: _Optional[str] = ..., cwd: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., pty: _Optional[_Union[PtySize, _Mapping]] = ..., timeout: _Optional[float] = ..., idle_timeout: _Optional[float] = ..., backpressure: _Optional[bool] = ...) -> None: ...
 
 class ProcessRequest(_message.Message):
     __slots__ = ("id",)
