@@ -11,10 +11,11 @@ apart, or on a pseudo-terminal.
 Its output goes to an :class:`OutputRing` of ``process.ring_bytes``: global offsets, chunks tagged
 by stream, the oldest bytes dropped when full, so the process is never slowed by an attacher and
 an attacher that falls behind is told how much it missed; or, for a process started with
-``backpressure``, the process waits for its attachers and nothing is lost. The lifetime (``timeout``, at most
-``process.max_lifetime``), the idle timeout (no output for that long), ``kill`` and :meth:`aclose`
-all kill through the manager's one kill path. A finished process's record and ring are kept for
-``process.retention`` seconds, then forgotten (its id is then unknown).
+``backpressure``, the process waits for its attachers and nothing is lost. The lifetime
+(``timeout``, at most ``process.max_lifetime``), the idle timeout (no output for that long),
+``kill`` and :meth:`aclose` all kill through the manager's one kill path. A finished process's
+record and ring are kept for ``process.retention`` seconds, then forgotten (its id is then
+unknown).
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ class OutputRing:
 
     A ``backpressure`` ring drops only bytes every reader has read (none while no reader
     follows): its writer waits for :meth:`room` first, and readers say how far they have
-    read (:meth:`follow`, :meth:`advance`, :meth:`leave`).
+    read (:meth:`advance`, :meth:`leave`).
     """
 
     __slots__ = (
@@ -121,13 +122,8 @@ class OutputRing:
             self._read.clear()
             await self._read.wait()
 
-    def follow(self, reader: object, offset: int) -> None:
-        """``reader`` reads from ``offset`` on (a backpressure ring keeps it until then)."""
-        self._readers[reader] = offset
-        self._read.set()
-
     def advance(self, reader: object, offset: int) -> None:
-        """``reader`` has read everything before ``offset``."""
+        """``reader`` reads next at ``offset`` (a backpressure ring keeps what it has not read)."""
         self._readers[reader] = offset
         self._read.set()
 
@@ -478,7 +474,7 @@ class ProcessTable:
     async def _follow(self, record: _Record, offset: int) -> AsyncIterator[ProcessOutput]:
         ring = record.ring
         reader = object()
-        ring.follow(reader, offset)
+        ring.advance(reader, offset)
         try:
             while True:
                 changed = ring.changed

@@ -75,12 +75,13 @@ class _Ring:
             self.read.clear()
             await self.read.wait()
 
-    def mark(self, reader: object, offset: int | None) -> None:
-        """``reader`` reads next at ``offset`` (``None``: it left)."""
-        if offset is None:
-            self.readers.pop(reader, None)
-        else:
-            self.readers[reader] = offset
+    def advance(self, reader: object, offset: int) -> None:
+        """``reader`` reads next at ``offset``."""
+        self.readers[reader] = offset
+        self.read.set()
+
+    def leave(self, reader: object) -> None:
+        self.readers.pop(reader, None)
         self.read.set()
 
     def append(self, chunk: bytes) -> None:
@@ -340,7 +341,7 @@ class MemoryProcesses:
         self._record(op, id, "ok", str(from_offset))
         offset = from_offset
         ring, reader = process.ring, object()
-        ring.mark(reader, offset)
+        ring.advance(reader, offset)
         try:
             while True:
                 dropped = max(0, ring.start - offset)
@@ -349,13 +350,13 @@ class MemoryProcesses:
                     data = ring.since(offset)
                     yield ProcessOutput(offset, data, Stream.STDOUT, dropped)
                     offset += len(data)
-                    ring.mark(reader, offset)  # taken
+                    ring.advance(reader, offset)  # taken
                     continue
                 if process.ended.is_set():
                     return
                 await process.changed.wait()
         finally:
-            ring.mark(reader, None)
+            ring.leave(reader)
 
     async def write_stdin(self, id: str, data: bytes, *, owner: str | None = None) -> None:
         """Feed the process's stdin (waits while its pipe is full).
