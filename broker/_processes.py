@@ -44,6 +44,7 @@ from operations import (
     ProcessPolicy,
     ProcessState,
     PtySize,
+    RingReaders,
     Stream,
     Unavailable,
     check_timeout,
@@ -76,8 +77,8 @@ class OutputRing:
     :attr:`changed`, an event set (and replaced) on every append and at the end.
 
     A ``backpressure`` ring drops only bytes every reader has read (none while no reader
-    follows): its writer waits for :meth:`room` first, and readers say how far they have
-    read (:meth:`advance`, :meth:`leave`).
+    follows): its writer waits for :meth:`room` first, and each reader says in
+    :attr:`readers` how far it has read.
     """
 
     __slots__ = (
@@ -86,11 +87,10 @@ class OutputRing:
         "_head",
         "_held",
         "_offsets",
-        "_read",
-        "_readers",
         "backpressure",
         "changed",
         "end",
+        "readers",
     )
 
     def __init__(self, capacity: int, *, backpressure: bool = False) -> None:
@@ -103,8 +103,7 @@ class OutputRing:
         """The offset of the next byte: every byte produced so far."""
         self.changed = asyncio.Event()
         self.backpressure = backpressure
-        self._readers: dict[object, int] = {}  # reader -> the offset it reads next
-        self._read = asyncio.Event()  # a reader advanced or left
+        self.readers = RingReaders()
 
     @property
     def start(self) -> int:
@@ -113,24 +112,9 @@ class OutputRing:
 
     async def room(self, size: int) -> None:
         """Wait until ``size`` more bytes fit without dropping a byte some reader has yet to
-        read (at once on a ring without backpressure). A chunk larger than the ring waits
-        until every byte held has been read."""
-        while self.backpressure:
-            unread = self.end - max(min(self._readers.values(), default=0), self.start)
-            if not unread or unread + size <= self._capacity:
-                return
-            self._read.clear()
-            await self._read.wait()
-
-    def advance(self, reader: object, offset: int) -> None:
-        """``reader`` reads next at ``offset`` (a backpressure ring keeps what it has not read)."""
-        self._readers[reader] = offset
-        self._read.set()
-
-    def leave(self, reader: object) -> None:
-        """``reader`` reads no more."""
-        self._readers.pop(reader, None)
-        self._read.set()
+        read (:meth:`~operations.RingReaders.room`; at once without backpressure)."""
+        if self.backpressure:
+            await self.readers.room(self, size, self._capacity)
 
     def append(self, stream: Stream, data: bytes) -> None:
         if len(data) > self._capacity and not self.backpressure:  # only its tail can be held
@@ -474,7 +458,7 @@ class ProcessTable:
     async def _follow(self, record: _Record, offset: int) -> AsyncIterator[ProcessOutput]:
         ring = record.ring
         reader = object()
-        ring.advance(reader, offset)
+        ring.readers.advance(reader, offset)
         try:
             while True:
                 changed = ring.changed
@@ -482,7 +466,7 @@ class ProcessTable:
                 if pieces:
                     for piece in pieces:
                         yield piece
-                        ring.advance(reader, piece.offset + len(piece.data))  # taken
+                        ring.readers.advance(reader, piece.offset + len(piece.data))  # taken
                     last = pieces[-1]
                     offset = last.offset + len(last.data)
                     continue
@@ -490,7 +474,7 @@ class ProcessTable:
                     return
                 await changed.wait()
         finally:
-            ring.leave(reader)
+            ring.readers.leave(reader)
 
     # -- input, signals, size -----------------------------------------------------------------
 

@@ -77,6 +77,7 @@ from ._processes import ProcessOperations as ProcessOperations
 from ._processes import ProcessOutput as ProcessOutput
 from ._processes import ProcessState as ProcessState
 from ._processes import PtySize as PtySize
+from ._processes import RingReaders as RingReaders
 from ._processes import Stream as Stream
 from ._protocols import Backend as Backend
 from ._protocols import BashOperations as BashOperations
@@ -185,6 +186,7 @@ __all__ = [
     "ReadOperations",
     "RecordingBackend",
     "ReplayOperations",
+    "RingReaders",
     "SandboxPolicy",
     "SearchMatch",
     "SeedValue",

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 from ._abort import AbortController
 from ._errors import InvalidArgument, NotFound, OpsError, PolicyDenied, Unavailable
 from ._policy import ProcessPolicy
-from ._processes import ProcessInfo, ProcessOutput, ProcessState, PtySize, Stream
+from ._processes import ProcessInfo, ProcessOutput, ProcessState, PtySize, RingReaders, Stream
 from ._runner import ProcessIO
 from ._timeout import check_timeout
 from ._types import ExecResult, KillReason
@@ -59,8 +59,7 @@ class _Ring:
         self.backpressure = backpressure
         self.data = bytearray()
         self.start = 0  # the offset of data[0]
-        self.readers: dict[object, int] = {}  # reader -> the offset it reads next
-        self.read = asyncio.Event()  # a reader advanced or left
+        self.readers = RingReaders()
 
     @property
     def end(self) -> int:
@@ -68,21 +67,8 @@ class _Ring:
 
     async def room(self, size: int) -> None:
         """Wait until ``size`` more bytes fit without dropping a byte a reader has yet to read."""
-        while self.backpressure:
-            unread = self.end - max(min(self.readers.values(), default=0), self.start)
-            if not unread or unread + size <= self.capacity:
-                return
-            self.read.clear()
-            await self.read.wait()
-
-    def advance(self, reader: object, offset: int) -> None:
-        """``reader`` reads next at ``offset``."""
-        self.readers[reader] = offset
-        self.read.set()
-
-    def leave(self, reader: object) -> None:
-        self.readers.pop(reader, None)
-        self.read.set()
+        if self.backpressure:
+            await self.readers.room(self, size, self.capacity)
 
     def append(self, chunk: bytes) -> None:
         self.data += chunk
@@ -341,7 +327,7 @@ class MemoryProcesses:
         self._record(op, id, "ok", str(from_offset))
         offset = from_offset
         ring, reader = process.ring, object()
-        ring.advance(reader, offset)
+        ring.readers.advance(reader, offset)
         try:
             while True:
                 dropped = max(0, ring.start - offset)
@@ -350,13 +336,13 @@ class MemoryProcesses:
                     data = ring.since(offset)
                     yield ProcessOutput(offset, data, Stream.STDOUT, dropped)
                     offset += len(data)
-                    ring.advance(reader, offset)  # taken
+                    ring.readers.advance(reader, offset)  # taken
                     continue
                 if process.ended.is_set():
                     return
                 await process.changed.wait()
         finally:
-            ring.leave(reader)
+            ring.readers.leave(reader)
 
     async def write_stdin(self, id: str, data: bytes, *, owner: str | None = None) -> None:
         """Feed the process's stdin (waits while its pipe is full).

@@ -15,6 +15,7 @@ together; a PTY has one stream), from 0; they only grow.
 
 from __future__ import annotations
 
+import asyncio
 import enum
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ __all__ = [
     "ProcessOutput",
     "ProcessState",
     "PtySize",
+    "RingReaders",
     "Stream",
 ]
 
@@ -97,6 +99,45 @@ class ProcessOutput:
     data: bytes
     stream: Stream = Stream.STDOUT
     dropped: int = 0
+
+
+class _Span(Protocol):
+    @property
+    def start(self) -> int: ...
+
+    @property
+    def end(self) -> int: ...
+
+
+class RingReaders:
+    """Where each attacher of a process's output ring reads next: what a ring with
+    backpressure (``start(backpressure=True)``) may not drop. The rule every backend's ring
+    follows."""
+
+    def __init__(self) -> None:
+        self._next: dict[object, int] = {}
+        self._moved = asyncio.Event()
+
+    def advance(self, reader: object, offset: int) -> None:
+        """``reader`` reads next at ``offset``."""
+        self._next[reader] = offset
+        self._moved.set()
+
+    def leave(self, reader: object) -> None:
+        """``reader`` reads no more."""
+        self._next.pop(reader, None)
+        self._moved.set()
+
+    async def room(self, ring: _Span, size: int, capacity: int) -> None:
+        """Wait until ``size`` more bytes fit in ``ring`` (``capacity`` bytes) beside what its
+        readers have yet to read (everything it holds, while no reader follows). A chunk
+        larger than the ring waits until every byte held has been read."""
+        while True:
+            unread = ring.end - max(min(self._next.values(), default=0), ring.start)
+            if not unread or unread + size <= capacity:
+                return
+            self._moved.clear()
+            await self._moved.wait()
 
 
 @runtime_checkable
