@@ -74,6 +74,12 @@ SFTP_VERSION: Final = 3
 """The SFTP protocol version offered: v3 is what OpenSSH speaks (later versions add nothing
 this server would serve)."""
 
+INPUT_NOT_DELIVERED: Final = (
+    b"opsbroker: input to this command is not delivered: `ssh host COMMAND` runs it with stdin "
+    b"at /dev/null (for interactive input use `ssh -t host COMMAND`; to copy files, sftp)\r\n"
+)
+"""Written once to a plain command's stderr when its client sends input: never lost silently."""
+
 EXIT_TIMEOUT: Final = 124
 """Exit status of a command killed for its timeout (as coreutils ``timeout`` reports it)."""
 
@@ -148,16 +154,23 @@ class RefusedShell(_Kind):
 
 class CommandChannel(_Kind):
     """``ssh host 'COMMAND'``: the service's ``Run`` in the root, output on stdout, the exit
-    status returned (124 for a timeout, 137 for any other kill)."""
+    status returned (124 for a timeout, 137 for any other kill). Its stdin is ``/dev/null``:
+    input the client sends is not delivered, and the client is told so once, on stderr."""
 
     def __init__(
         self, server: _BrokerServer, chan: asyncssh.SSHServerChannel[bytes], command: str
     ) -> None:
         super().__init__(server, chan)
         self.command = command
+        self.input_refused = False
 
     def started(self) -> None:
         self.start(self._run())
+
+    def data(self, data: bytes, datatype: asyncssh.DataType) -> None:
+        if data and not self.input_refused and not self.chan.is_closing():
+            self.input_refused = True
+            self.chan.write_stderr(INPUT_NOT_DELIVERED)
 
     async def _run(self) -> None:
         server, chan = self.server, self.chan

@@ -109,6 +109,27 @@ async def test_commands_and_exit_codes(setup: SSHSetup) -> None:
     assert (code, out) == (1, "out\nerr\n")
 
 
+async def test_input_to_a_plain_command_is_refused_aloud(setup: SSHSetup) -> None:
+    """A plain command reads /dev/null; input piped to ``ssh`` is not delivered, and stderr
+    says so once (the command itself runs and reports as usual)."""
+    argv = [SSH, "-T", *_options(setup), "-p", str(setup.port), "agent@127.0.0.1"]
+    proc = await asyncio.create_subprocess_exec(
+        *argv,
+        "sleep 1; wc -c",
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(b"x" * 100_000), 20)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert (proc.returncode, out.split()) == (0, [b"0"])  # wc saw nothing: stdin is /dev/null
+    assert err.count(b"input to this command is not delivered") == 1, err
+
+
 async def test_no_command_is_refused_with_a_message(setup: SSHSetup) -> None:
     code, _, err = await ssh(setup)
     assert code == 1
