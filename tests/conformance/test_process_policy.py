@@ -155,3 +155,16 @@ async def test_a_process_held_by_its_reader_is_not_idle(open_with: OpenWith) -> 
             end = await procs.wait(info.id)
         assert (end.state, end.kill_reason, end.exit_code) == (ProcessState.EXITED, None, 0)
         assert data == b"".join(b"%d\n" % i for i in range(1, BIG_SEQ + 1))
+
+
+async def test_a_process_held_by_its_reader_is_killed_at_once(open_with: OpenWith) -> None:
+    """``kill`` ends a process whose output waits for a reader that never comes, without
+    waiting for one, and its record says it was killed; one left so at shutdown ends too."""
+    async with asyncio.timeout(WAIT_S), open_with(ProcessPolicy(ring_bytes=RING)) as ws:
+        procs = processes(ws)
+        info = await procs.start(f"seq 1 {BIG_SEQ}", ws.root, backpressure=True)
+        await procs.start(f"seq 1 {BIG_SEQ}", ws.root, backpressure=True)  # left to shutdown
+        await asyncio.sleep(0.5)  # the rings and the pipes fill; nobody reads
+        end = await procs.kill(info.id)
+        assert end.state is ProcessState.KILLED
+        assert end.bytes_out < len(b"".join(b"%d\n" % i for i in range(1, BIG_SEQ + 1)))
