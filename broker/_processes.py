@@ -199,8 +199,6 @@ class _Record:
     timers: list[asyncio.TimerHandle] = field(default_factory=list)
     task: asyncio.Task[None] | None = None
     last_output: float = 0.0
-    held: int = 0
-    """Output deliveries waiting for room in a backpressure ring (see ``_on_held_output``)."""
 
     @property
     def running(self) -> bool:
@@ -361,7 +359,7 @@ class ProcessTable:
         def check() -> None:
             if not record.running:
                 return
-            if record.held:  # output is waiting for a slow reader: the process is not idle
+            if record.ring.readers.waiting:  # output waits for a slow reader: not idle
                 record.last_output = loop.time()
             if loop.time() >= record.last_output + record.idle_timeout - 1e-3:  # type: ignore[operator]
                 record.live.kill(KillReason.IDLE_TIMEOUT)
@@ -378,11 +376,7 @@ class ProcessTable:
     async def _on_held_output(self, record: _Record, stream: Stream, data: bytes) -> None:
         """Output of a backpressure process: its pump (and so the process, once its pipe is
         full) waits until the ring has room. A process held so is not idle: it has output."""
-        record.held += 1
-        try:
-            await record.ring.room(len(data))
-        finally:
-            record.held -= 1
+        await record.ring.room(len(data))
         self._on_output(record, stream, data)
 
     async def _supervise(self, record: _Record) -> None:

@@ -92,17 +92,11 @@ class _Process:
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     last_output: float = 0.0
     task: asyncio.Task[None] | None = None
-    held: int = 0  # outputs waiting for room in a backpressure ring
 
     async def output(self, data: bytes) -> None:
         """The command's output: into the ring, once a backpressure ring has room for it."""
         data = self._terminal(data)
-        if self.ring.backpressure:
-            self.held += 1
-            try:
-                await self.ring.room(len(data))
-            finally:
-                self.held -= 1
+        await self.ring.room(len(data))
         self._append(data)
 
     def output_now(self, data: bytes) -> None:
@@ -258,7 +252,7 @@ class MemoryProcesses:
         def check_idle() -> None:
             nonlocal timer
             assert idle is not None
-            if process.held:  # output waits for a slow reader: the process is not idle
+            if process.ring.readers.waiting:  # output waits for a slow reader: not idle
                 process.last_output = loop.time()
             quiet = loop.time() - process.last_output
             if quiet >= idle * self._scale:

@@ -117,6 +117,8 @@ class RingReaders:
     def __init__(self) -> None:
         self._next: dict[object, int] = {}
         self._moved = asyncio.Event()
+        self.waiting = 0
+        """Outputs waiting in :meth:`room` now: a process held so has output, it is not idle."""
 
     def advance(self, reader: object, offset: int) -> None:
         """``reader`` reads next at ``offset``."""
@@ -137,7 +139,11 @@ class RingReaders:
             if not unread or unread + size <= capacity:
                 return
             self._moved.clear()
-            await self._moved.wait()
+            self.waiting += 1
+            try:
+                await self._moved.wait()
+            finally:
+                self.waiting -= 1
 
 
 @runtime_checkable

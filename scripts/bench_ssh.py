@@ -1143,12 +1143,14 @@ async def _cpu_of(pid: int, workload: Callable[[], Awaitable[object]], n: int) -
     :attr:`_Cpu.median` keeps the median round's figure for ``pid`` beside it."""
     await workload()
     measured = []
+
+    def snapshot() -> tuple[float, ...]:
+        return (*_thread_cpu(pid), _reaped_cpu(pid), time.process_time(), time.perf_counter())
+
     for _ in range(CPU_ROUNDS):
-        (total, main) = _thread_cpu(pid)
-        cpu = (total, main, _reaped_cpu(pid), time.process_time(), time.perf_counter())
+        cpu = snapshot()
         await workload()
-        (total, main) = _thread_cpu(pid)
-        after = (total, main, _reaped_cpu(pid), time.process_time(), time.perf_counter())
+        after = snapshot()
         broker, loop, shells, client, wall = ((b - a) / n for a, b in zip(cpu, after, strict=True))
         measured.append(_Cpu(broker, shells, client, wall, threads=broker - loop))
     best = min(measured, key=lambda m: m.broker)
