@@ -30,17 +30,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent / "proto"))  # generated wire code
 sys.path.insert(2, str(Path(__file__).resolve().parent))  # the bare servers beside this script
 
-from _floor_servers import output_stream
-from opsbroker.malloc import tune_allocator
-from opsbroker.v1.codec import CHUNK_BYTES
+from opsbroker import grpccore
 
-from broker import Broker
-from broker._cgroup import CgroupTree, CommandCgroup
-from broker._landlock import Sandbox, landlock_abi
-from broker._process import ProcessManager
-from broker._rg import rg_path
-from broker._shell import bash_argv
-from operations import Policy
+grpccore.configure()  # as the opsbroker commands: before anything imports grpc
+
+from _floor_servers import output_stream  # noqa: E402
+from opsbroker.malloc import tune_allocator  # noqa: E402
+from opsbroker.v1.codec import CHUNK_BYTES  # noqa: E402
+
+from broker import Broker  # noqa: E402
+from broker._cgroup import CgroupTree, CommandCgroup  # noqa: E402
+from broker._landlock import Sandbox, landlock_abi  # noqa: E402
+from broker._process import ProcessManager  # noqa: E402
+from broker._rg import rg_path  # noqa: E402
+from broker._shell import bash_argv  # noqa: E402
+from operations import Policy  # noqa: E402
 
 Result = tuple[float, float, str]
 """(ratio, target, detail); a benchmark with several figures prints them itself and returns None."""

@@ -33,6 +33,9 @@ HERE = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(HERE), str(HERE / "proto")]
 
 import opsbroker  # noqa: E402, F401  (first: its import quiets asyncssh's DSA warning)
+from opsbroker import grpccore  # noqa: E402
+
+grpccore.configure()  # as the opsbroker commands: before anything imports grpc
 
 # isort: split
 import asyncssh  # noqa: E402

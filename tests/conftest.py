@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 
 import anyio.pytest_plugin
 import pytest
-from opsbroker import eventloop
+from opsbroker import eventloop, grpccore
 
 # anyio's plugin asks for the available backends once per collected test; without trio installed
 # each ask re-imports (and pytest re-rewrites) anyio's trio backend module, ~0.1 s per async test.
@@ -27,7 +27,12 @@ anyio.pytest_plugin.get_available_backends = functools.cache(  # type: ignore[at
 
 TEST_LOOP = os.environ.get("OPSBROKER_TEST_LOOP", "uvloop")
 """The loop every async test runs on: uvloop, as the ``opsbroker`` commands, or ``asyncio``'s,
-as most programs that embed a broker or a backend (``scripts/test`` runs both)."""
+as most programs that embed a broker or a backend (``scripts/test`` runs both). With uvloop grpc
+runs with the commands' settings too (:mod:`opsbroker.grpccore`), with asyncio's loop with grpc's
+own defaults, as an embedding program's: the suite covers both."""
+
+if TEST_LOOP == "uvloop" and not grpccore.configure():
+    raise pytest.UsageError("grpc was imported before tests/conftest.py could configure it")
 
 
 @pytest.fixture(scope="session")

@@ -11,19 +11,18 @@ parser as :data:`SERVE_EXTENSIONS`.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Sequence
 from importlib import metadata
 from types import ModuleType
 from typing import NoReturn
 
-# gRPC core logs each failed TLS handshake (a client without a certificate) as an INFO line on
-# stderr, and reads its verbosity once, when grpc is first imported: so before the two halves.
-os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+from opsbroker import grpccore
 
-from agent_side import _cli_call, _cli_mcp, _cli_processes, _cli_run
-from broker import _cli_audit, _cli_serve
+grpccore.configure()  # grpc reads its settings as it is first imported: before the two halves
+
+from agent_side import _cli_call, _cli_mcp, _cli_processes, _cli_run  # noqa: E402
+from broker import _cli_audit, _cli_serve  # noqa: E402
 
 __all__ = ["SERVE_EXTENSIONS", "SUBCOMMANDS", "OneLineParser", "main", "version"]
 
