@@ -7,11 +7,11 @@ it is first imported, so :func:`configure` runs before anything imports grpc.
   a channel connects are served by grpc's polling engine (``epoll1``) instead of its EventEngine.
   On the engine, each message hops from the engine's poller and worker threads to the completion
   queue's poller thread, then to the event loop; with the polling engine the completion queue's
-  poller reads the socket itself. Measured with grpcio 1.85 (``scripts/bench_ssh.py``, one run):
-  the bare echo round trip 0.36-0.38 ms against 0.57-0.66 ms, the broker's CPU per
-  ``exec("true")`` 0.77 ms against 0.85 ms (grpc's own threads 0.07 ms against 0.13 ms), the
-  client's 0.34 ms against 0.44 ms. The setting is applied only on the grpcio versions it was
-  measured on (:data:`MEASURED_ON`): a later grpc may have dropped either engine.
+  poller reads the socket itself. Measured with grpcio 1.85 (``scripts/bench_ssh.py``, alternated
+  with grpc's defaults; docs/performance.md): a bare echo round trip 0.36-0.38 ms against
+  0.57-0.66 ms; per ``exec("true")`` the broker's CPU 0.87x (grpc's own threads under half), the
+  client's 0.76x. The setting is applied only on the grpcio versions it was measured on
+  (:data:`MEASURED_ON`): a later grpc may have dropped either engine.
 
 A variable the operator set is kept as it is (``GRPC_EXPERIMENTS=`` keeps grpc's defaults). A
 program that embeds a backend or a broker keeps grpc's defaults unless it calls :func:`configure`
