@@ -1,7 +1,8 @@
 """The wire package both the broker and its clients import.
 
 ``v1``: the wire contract (the generated code of ``v1/broker.proto``, ``codec``, ``sshframe``);
-``malloc``: allocator tuning for a process at either end that streams large messages; ``cli``:
+``malloc``: allocator tuning for a process at either end that streams large messages;
+``grpccore``: the grpc core settings the commands run with, set before grpc is imported; ``cli``:
 the ``opsbroker`` command line, composed here from the subcommands of ``broker`` and
 ``agent_side`` (only ``cli`` imports either half).
 """
