@@ -15,7 +15,8 @@ it is first imported, so :func:`configure` runs before anything imports grpc.
 
 A variable the operator set is kept as it is (``GRPC_EXPERIMENTS=`` keeps grpc's defaults). A
 program that embeds a backend or a broker keeps grpc's defaults unless it calls :func:`configure`
-first, or sets the variables itself.
+first, or sets the variables itself. (``GRPC_ENABLE_FORK_SUPPORT=false`` is not here: it is a
+fix, not a tuning, so ``broker`` and ``agent_side._remote`` set it as they are imported.)
 """
 
 from __future__ import annotations

@@ -346,12 +346,12 @@ def test_a_clone3_child_copies_none_of_the_brokers_many_descriptors(
         os.set_inheritable(fd, True)
     group_fd = os.open(command_cgroup.path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        before = _mapped_kb_and_fds()[1]
+        before = _open_fds()
         for _ in range(20):
             status, out = _start(group_fd, [b"/bin/ls", b"/proc/self/fd"])
             assert status == 0
             assert sorted(int(fd) for fd in out.split()) == [0, 1, 2, 3]  # 3: ls's own
-        assert _mapped_kb_and_fds()[1] == before
+        assert _open_fds() == before
         assert all(os.readlink(f"/proc/self/fd/{fd}") == str(marker) for fd in held)
     finally:
         os.close(group_fd)
@@ -408,6 +408,10 @@ def test_the_extension_names_the_failed_step_on_both_paths(
     assert command_cgroup.pids() == []
 
 
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
 def _mapped_kb_and_fds() -> tuple[int, int]:
     """kB in this process's mappings smaller than :data:`SMALL_MAPPING_KB`, and its open fds."""
     small = 0
@@ -416,7 +420,7 @@ def _mapped_kb_and_fds() -> tuple[int, int]:
             start, end = (int(x, 16) for x in line.split(None, 1)[0].split("-"))
             if end - start < SMALL_MAPPING_KB * 1024:
                 small += (end - start) // 1024
-    return small, len(os.listdir("/proc/self/fd"))
+    return small, _open_fds()
 
 
 def test_many_starts_leak_no_stack_fd_or_child(
