@@ -15,7 +15,14 @@ Rules (kept equal to ``operations._search`` on the conformance suite):
       cannot read (nor should: it would go on above the root), are read by the broker
       (``TreeAccess.inherited_rules``) and applied to what rg reports (``operations.WalkReach``):
       a file is kept only if the Python walk, with those rules, would reach it.
-    - ``--sort path``: the walk order of the Python search (names sorted per directory).
+    - ``--sort path``: the walk order of the Python search (names sorted per directory). That
+      makes rg single-threaded, so a search runs several rg processes side by side (one per
+      CPU, at most :data:`MAX_WORKERS`), each over a run of the search directory's entries (its
+      subdirectories' entries where it has few) in walk order, handed to it as explicit paths;
+      their outputs are read one after the other, so matches come in walk order and a reached
+      limit still stops every one (:func:`_runs`). Explicit paths are not checked against
+      ignore files, so the broker keeps out what the walk would not enter, and rg reads the
+      ignore files of the entries' parents beneath the search directory.
     - ``--text --crlf``: every file is read as text by rg; the broker then drops files with a NUL
       in their first 8 KiB (the shared binary rule), and ``$`` matches before ``\\r\\n``.
     - The ``glob`` filter is applied by the broker (the shared glob dialect), not by rg.
@@ -33,13 +40,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import shutil
 import signal
 import sysconfig
 from collections.abc import AsyncGenerator
 
-from operations import FileFilter, LineMatcher, SearchMatch, WalkReach, is_binary
+from operations import (
+    FileFilter,
+    IgnoreRules,
+    LineMatcher,
+    OpsError,
+    SearchMatch,
+    WalkReach,
+    is_binary,
+)
 
 from . import _treewalk
 from ._pipe import PipeReadTransport
@@ -70,7 +86,6 @@ RG_ARGS = (
     "--hidden",
     "--no-follow",
     "--no-require-git",
-    "--no-ignore-parent",
     "--no-ignore-global",
     "--no-ignore-exclude",
     "--no-messages",
@@ -79,6 +94,15 @@ RG_ARGS = (
     "--crlf",
     "--glob=!.git/",
 )
+MAX_WORKERS = 8
+"""rg processes one search runs at most, side by side."""
+MAX_SPLIT_PATHS = 1024
+"""Entries handed to the workers as explicit paths at most; a directory with more is searched by
+one rg."""
+MIN_SPLIT_FILES = 64
+"""Entries below which a search with fewer than two directories per worker runs one rg."""
+DIR_WEIGHT = 8
+"""What a directory weighs against a file when entries are cut into runs of equal weight."""
 MAX_LINE_BYTES = 16 * 1024 * 1024  # one output line of rg (a matching line) at most
 SYSTEM_LIBRARY_DIRS = ("/lib", "/lib64", "/usr/lib", "/usr/lib64", "/etc/ld.so.cache")
 """What the dynamic loader needs to start rg (read and execute, nothing else)."""
@@ -122,63 +146,169 @@ async def search(
     flags = ["--fixed-strings"] if literal else []
     if ignore_case:
         flags.append("--ignore-case")
-    argv = [rg, *RG_ARGS, *flags, "--regexp", matcher.pattern, "--", "./"]
+    args = [rg, *RG_ARGS, *flags, "--regexp", matcher.pattern]
     keep = FileFilter(glob)
     inherited = tree.inherited_rules()
     reach = WalkReach(tree.read_small, inherited) if len(inherited) else None
-    proc = await _start(argv, tree.fd, _ruleset(tree.fd, rg))
+    runs = await _treewalk.glob_in_thread(tree, lambda: _runs(tree, inherited))
+    if runs is None:
+        argvs = [[*args, "--no-ignore-parent", "--", "./"]]
+    else:
+        argvs = [[*args, "--", *run] for run in runs]
     base = path.rstrip("/")
     checked: dict[bytes, bool] = {}
     count = 0
     yielded = False
+    procs: list[_Rg] = []
     try:
-        async for line in proc.stdout:
-            name, sep, rest = line.partition(b"\0")
-            number, sep2, text = rest.partition(b":")
-            if not sep or not sep2:
-                continue
-            if name.startswith(b"./"):
-                name = name[2:]
-            ok = checked.get(name)
-            if ok is None:
-                ok = checked[name] = _recheck(tree, keep, reach, name)
-            if not ok:
-                continue
-            yielded = True
-            yield SearchMatch(f"{base}/{os.fsdecode(name)}", int(number), _line_text(text))
-            count += 1
-            if count >= limit:
+        for argv in argvs:
+            procs.append(await _start(argv, tree.fd, _ruleset(tree.fd, rg)))
+        for proc in procs:
+            proc.attach()  # read from now on; until then it waits once its pipe is full
+            async for line in proc.stdout:
+                name, sep, rest = line.partition(b"\0")
+                number, sep2, text = rest.partition(b":")
+                if not sep or not sep2:
+                    continue
+                if name.startswith(b"./"):
+                    name = name[2:]
+                ok = checked.get(name)
+                if ok is None:
+                    ok = checked[name] = _recheck(tree, keep, reach, name)
+                if not ok:
+                    continue
+                yielded = True
+                yield SearchMatch(f"{base}/{os.fsdecode(name)}", int(number), _line_text(text))
+                count += 1
+                if count >= limit:
+                    return
+            errors = await proc.stderr.read()
+            if await proc.wait() == 2 and not yielded and b"regex" in errors:
+                fallback = _treewalk.search(tree, matcher, path, glob=glob, limit=limit)
+                async with contextlib.aclosing(fallback) as matches:
+                    async for match in matches:
+                        yield match
                 return
-        errors = await proc.stderr.read()
-        if await proc.wait() == 2 and not yielded and b"regex" in errors:
-            fallback = _treewalk.search(tree, matcher, path, glob=glob, limit=limit)
-            async with contextlib.aclosing(fallback) as matches:
-                async for match in matches:
-                    yield match
     finally:
-        await proc.aclose()
+        for proc in procs:  # every one stopped before the first wait, which a cancel can cut
+            proc.close()
+        for proc in procs:
+            await proc.wait()
+
+
+def _runs(tree: _treewalk.TreeAccess, inherited: IgnoreRules) -> list[list[str]] | None:
+    """The entries of the search directory that the walk searches, as ``./`` paths in walk
+    order, cut into one run per rg worker: its subdirectories' entries instead where it has
+    fewer than two per worker. ``None`` where one rg searches the directory: one CPU, a small
+    tree (fewer than two directories per worker and :data:`MIN_SPLIT_FILES` files), too many
+    entries, an ``.rgignore`` (rg's alone) on the way, or a search directory inside one that
+    the ruleset lets rg read (the system libraries), where rg would apply the ignore files
+    above it."""
+    workers = min(MAX_WORKERS, len(os.sched_getaffinity(0)))
+    if workers < 2 or _under_readable_dir(tree.fd):
+        return None
+    reach = WalkReach(tree.read_small, inherited)
+    units = _entries(tree, reach, "")
+    if units is None:
+        return None
+    if len(units) < 2 * workers:  # few: name the directories' entries instead
+        units = [
+            child
+            for unit in units
+            for child in ((unit[1] and _entries(tree, reach, unit[0])) or [unit])
+        ]
+    dirs = sum(is_dir for _, is_dir in units)
+    if len(units) > MAX_SPLIT_PATHS or (dirs < 2 * workers and len(units) < MIN_SPLIT_FILES):
+        return None  # too many to name, or a small tree: one rg starts sooner than two
+    share = sum(DIR_WEIGHT if is_dir else 1 for _, is_dir in units) / workers
+    runs: list[list[str]] = [[]]
+    load = 0
+    for rel, is_dir in units:
+        if load >= share * len(runs):
+            runs.append([])
+        runs[-1].append(f"./{rel}")
+        load += DIR_WEIGHT if is_dir else 1
+    return runs if len(runs) > 1 else None
+
+
+def _entries(
+    tree: _treewalk.TreeAccess, reach: WalkReach, rel: str
+) -> list[tuple[str, bool]] | None:
+    """The files and directories in directory ``rel`` that the walk reaches, sorted as rg sorts
+    them (by bytes), each with whether it is a directory; ``None`` if there are more than
+    :data:`MAX_SPLIT_PATHS`, or an ``.rgignore``, or the directory cannot be listed.
+
+    rg follows a symlink and ignores no ignore rule when it is named on its command line: only
+    what the walk itself enters is named (a link swapped in after this listing is seen by the
+    Landlock ruleset and by the recheck of every reported file)."""
+    found: list[tuple[str, bool]] = []
+    try:
+        fd = tree.open(rel, os.O_RDONLY | os.O_DIRECTORY)
+    except OpsError:
+        return None
+    try:
+        with os.scandir(fd) as listing:
+            for entry in listing:
+                if entry.name == ".rgignore" or len(found) >= MAX_SPLIT_PATHS:
+                    return None
+                if entry.is_dir(follow_symlinks=False):
+                    found.append((entry.name, True))
+                elif entry.is_file(follow_symlinks=False):
+                    found.append((entry.name, False))
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    found.sort(key=lambda item: os.fsencode(item[0]))
+    prefix = f"{rel}/" if rel else ""
+    return [
+        (prefix + name, is_dir)
+        for name, is_dir in found
+        if (reach.enters(prefix + name) if is_dir else reach.reaches(prefix + name))
+    ]
+
+
+def _under_readable_dir(fd: int) -> bool:
+    """Whether the directory open at ``fd`` lies in one that the ruleset lets rg read."""
+    try:
+        where = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return True
+    return any(os.path.commonpath((where, top)) == top for top in _readable_dirs())
+
+
+@functools.cache
+def _readable_dirs() -> tuple[str, ...]:
+    return tuple(os.path.realpath(name) for name in SYSTEM_LIBRARY_DIRS)
 
 
 class _Rg:
     """A running rg: its output streams, and a pidfd to kill and reap it by (never its pid,
     which names another process once rg is reaped)."""
 
-    def __init__(self, pid: int, pidfd: int) -> None:
+    def __init__(self, pid: int, pidfd: int, pipes: tuple[int, int] = (-1, -1)) -> None:
         self.pid = pid
         self.stdout = asyncio.StreamReader(MAX_LINE_BYTES)
         self.stderr = asyncio.StreamReader(MAX_LINE_BYTES)
         self._pidfd = pidfd
+        self._pipes = pipes  # the read ends of its stdout and stderr, until attached
         self._exit: asyncio.Future[int] | None = None
         self._transports: list[PipeReadTransport] = []
 
-    def attach(self, stdout_fd: int, stderr_fd: int) -> None:
-        """Read the two pipes into :attr:`stdout` and :attr:`stderr` (taking the fds)."""
-        try:
-            for fd, reader in ((stdout_fd, self.stdout), (stderr_fd, self.stderr)):
+    def attach(self) -> None:
+        """Read its two pipes into :attr:`stdout` and :attr:`stderr` from now on (until then
+        rg waits once a pipe is full: a worker whose turn has not come holds little)."""
+        pipes, self._pipes = self._pipes, (-1, -1)
+        for i, (fd, reader) in enumerate(zip(pipes, (self.stdout, self.stderr), strict=True)):
+            if fd < 0:
+                continue
+            try:
                 self._transports.append(PipeReadTransport(fd, reader))
-        finally:
-            for fd in (stdout_fd, stderr_fd)[len(self._transports) :]:
-                os.close(fd)
+            except BaseException:
+                for rest in pipes[i:]:
+                    if rest >= 0:
+                        os.close(rest)
+                raise
 
     def _reaping(self) -> asyncio.Future[int]:
         """rg's exit code once it is reaped: one reaping, which every caller awaits and a
@@ -198,17 +328,19 @@ class _Rg:
     async def wait(self) -> int:
         return await asyncio.shield(self._reaping())
 
-    async def aclose(self) -> None:
-        """Close the pipes, kill rg if it still runs (an early stop) and reap it.
-
-        **Cancellation:** the reaping goes on (shielded), so no zombie is left.
-        """
+    def close(self) -> None:
+        """Close the pipes and kill rg if it still runs (an early stop); its reaping goes on
+        (:meth:`wait` for it: a cancelled wait leaves it going, so no zombie is left)."""
         for transport in self._transports:
             transport.close()
+        pipes, self._pipes = self._pipes, (-1, -1)
+        for fd in pipes:
+            if fd >= 0:
+                os.close(fd)
         if self._exit is None or not self._exit.done():  # the pidfd is open until rg is reaped
             with contextlib.suppress(ProcessLookupError):
                 signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
-        await self.wait()
+        self._reaping()
 
 
 async def _start(argv: list[str], cwd_fd: int, ruleset: Ruleset) -> _Rg:
@@ -251,13 +383,7 @@ async def _start(argv: list[str], cwd_fd: int, ruleset: Ruleset) -> _Rg:
         for fd in (out_r, err_r):
             os.close(fd)
         raise
-    proc = _Rg(pid, pidfd)
-    try:
-        proc.attach(out_r, err_r)
-    except BaseException:
-        await proc.aclose()
-        raise
-    return proc
+    return _Rg(pid, pidfd, (out_r, err_r))
 
 
 def _recheck(

@@ -145,6 +145,10 @@ class WalkReach:
         rules = self._rules_in(parent)
         return rules is not None and not rules.is_ignored(rel, False)
 
+    def enters(self, rel_dir: str) -> bool:
+        """Whether the walk enters the directory at ``rel_dir``."""
+        return self._rules_in(rel_dir) is not None
+
     def _rules_in(self, rel_dir: str) -> IgnoreRules | None:
         """The rules in force inside ``rel_dir``, or ``None`` if the walk does not enter it."""
         if rel_dir in self._dirs:

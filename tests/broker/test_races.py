@@ -15,11 +15,12 @@ import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 
-from broker import Broker
+from broker import Broker, _rg
 from operations import OpsError
 from tests.conformance._workspace import tree_digest
 
@@ -212,3 +213,37 @@ async def test_glob_and_search_while_dir_swapped_for_link(broker: Broker) -> Non
                 continue
             assert all("out.txt" not in p and "secret" not in p for p in found), found
             assert all(m.line_text == "needle inside" for m in matches), matches
+
+
+@pytest.mark.parametrize("target", ["../OUTSIDE", "d0"])
+async def test_search_by_several_workers_while_dir_swapped_for_link(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch, target: str
+) -> None:
+    """The broker names a directory on rg's command line after listing it as one; swapped for a
+    link meanwhile, rg would follow it. Landlock keeps rg inside the search directory and the
+    recheck drops every file reached through a link: no outside content, ever."""
+    root = Path(broker.root)
+    for i in range(8):
+        (root / f"d{i}").mkdir()
+        (root / f"d{i}" / "inside.txt").write_bytes(b"needle inside\n")
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0, 1, 2, 3})
+    splits = []
+    real_runs = _rg._runs
+
+    def runs(*args: Any) -> list[list[str]] | None:
+        found = real_runs(*args)
+        splits.append(found is not None)
+        return found
+
+    monkeypatch.setattr(_rg, "_runs", runs)
+    rounds = ITERATIONS // 10  # each round starts four rg processes
+    with anyio.fail_after(DEADLINE_S), attacker(swap_dir_and_link(root / "d3", target)):
+        for _ in range(rounds):
+            try:
+                matches = [m async for m in broker.search("needle", broker.root)]
+            except OpsError:
+                continue
+            assert all(m.line_text == "needle inside" for m in matches), matches
+            assert all(Path(m.path).parent.parent == root for m in matches), matches
+    if broker.capabilities()["search"] == "rg":
+        assert any(splits), "no search ran several workers"

@@ -11,11 +11,12 @@ import contextlib
 import os
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 
-from broker import Broker
+from broker import Broker, _rg
 from broker._rg import _Rg, _ruleset, rg_path, usable
 
 PATTERNS = [
@@ -178,7 +179,117 @@ async def test_an_interrupted_wait_leaves_one_reaping() -> None:
     for _ in range(3):
         with anyio.move_on_after(0.02):
             await proc.wait()
-    await proc.aclose()  # kills rg (it still runs), then awaits the same reaping
+    proc.close()  # kills rg (it still runs)
+    await proc.wait()  # the same reaping
     assert await proc.wait() == -9
     with pytest.raises(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)  # noqa: ASYNC222 (reaped once, by the pidfd callback)
+
+
+def make_wide_tree(root: Path) -> None:
+    """Enough directories, at the top and in ``d2``, that a search runs several rg workers, with
+    what an explicit path would let rg get wrong: ignored and ``.git`` directories, links, ignore
+    files at several levels, names that sort between each other. 80 matches, 10 in ``d2``."""
+    for i in range(8):
+        for j in range(8):
+            (root / f"d{i}" / f"s{j}").mkdir(parents=True)
+            (root / f"d{i}" / f"s{j}" / "b.txt").write_text(f"x\nneedle d{i} s{j}\r\n")
+        (root / f"d{i}" / "a.txt").write_text(f"needle d{i} a\nnothing\n")
+    (root / ".gitignore").write_text("ignored/\n*.log\n!keep.log\nskip/\n")
+    (root / "d1" / ".gitignore").write_text("local.txt\n")
+    (root / "d1" / "local.txt").write_text("needle local\n")
+    (root / "d2" / "s0" / "keep.log").write_text("needle kept log\n")
+    (root / "d2" / "x.log").write_text("needle log\n")
+    (root / "d3" / "skip").mkdir()
+    (root / "d3" / "skip" / "s.txt").write_text("needle skipped\n")
+    (root / "ignored").mkdir()
+    (root / "ignored" / "i.txt").write_text("needle ignored\n")
+    (root / ".git").mkdir()
+    (root / ".git" / "config").write_text("needle git\n")
+    (root / ".hidden").mkdir()
+    (root / ".hidden" / "h.txt").write_text("needle hidden\n")
+    for name in ("a", "a.txt", "a-b", "a_b", "B", "\u00e9t\u00e9"):
+        (root / name).write_text(f"needle {name}\n")
+    (root / "dir-link").symlink_to("d0")
+    (root / "d2" / "file-link.txt").symlink_to("a.txt")
+    (root / "bin.dat").write_bytes(b"needle\0binary\n")
+
+
+@pytest.fixture
+def starts(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many rg processes each search started (four CPUs, whatever this machine has)."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0, 1, 2, 3})
+    counts: list[int] = []
+    real_start = _rg._start
+
+    async def start(*args: Any) -> _Rg:
+        counts[-1] += 1
+        return await real_start(*args)
+
+    real_runs = _rg._runs
+
+    def runs(*args: Any) -> list[list[str]] | None:
+        counts.append(0)
+        return real_runs(*args)
+
+    monkeypatch.setattr(_rg, "_start", start)
+    monkeypatch.setattr(_rg, "_runs", runs)
+    return counts
+
+
+@pytest.mark.parametrize("where", ["", "d2"])
+@pytest.mark.parametrize("limit", [1000, 9])
+async def test_workers_side_by_side_find_what_one_finds_in_order(
+    tmp_path: Path, starts: list[int], monkeypatch: pytest.MonkeyPatch, where: str, limit: int
+) -> None:
+    """Several rg workers over runs of the entries find exactly what one rg and the Python walk
+    find, in the same order: nothing an explicit path would let in (ignored, ``.git``, links)."""
+    if not usable():
+        return  # the broker never starts rg here (test_engine_choice)
+    root = tmp_path / "ROOT"
+    root.mkdir()
+    make_wide_tree(root)
+    path = str(root / where) if where else str(root)
+    results = {}
+    many = _rg.MAX_WORKERS
+    for engine, workers in (("rg", many), ("rg", 1), ("python", 0)):
+        monkeypatch.setattr(_rg, "MAX_WORKERS", workers)
+        async with Broker(str(root), search_engine=engine) as broker:
+            found = [m async for m in broker.search("needle", path, limit=limit)]
+        results[engine, workers] = [(m.path, m.line_number, m.line_text) for m in found]
+    assert starts == [4, 1], "four workers, then one"
+    expected = results["python", 0]
+    assert results["rg", 1] == expected
+    assert results["rg", many] == expected
+    texts = [text for _, _, text in expected]
+    assert len(texts) == min(limit, 10 if where else 80), texts
+    for hidden in ("ignored", "git", "local", "skipped", "needle log", "binary"):
+        assert not any(hidden in (text or "") for text in texts), (hidden, texts)
+
+
+async def test_a_reached_limit_stops_every_worker(tmp_path: Path, starts: list[int]) -> None:
+    """Workers whose turn has not come wait on full pipes; a reached limit kills and reaps them
+    all, and the search returns at once."""
+    if not usable():
+        return
+    root = tmp_path / "ROOT"
+    for i in range(8):
+        (root / f"d{i}").mkdir(parents=True)
+        (root / f"d{i}" / "many.txt").write_text(f"needle {i}\n" * 200_000)
+    children = _children()
+    async with Broker(str(root)) as broker:
+        with anyio.fail_after(20):
+            found = [m async for m in broker.search("needle", str(root), limit=3)]
+    assert [(Path(m.path).parent.name, m.line_number) for m in found] == [
+        ("d0", n) for n in (1, 2, 3)
+    ]
+    assert starts == [4]
+    assert _children() == children, "an rg worker was left running or unreaped"
+
+
+def _children() -> set[str]:
+    found: set[str] = set()
+    for task in os.listdir("/proc/self/task"):
+        with contextlib.suppress(OSError), open(f"/proc/self/task/{task}/children") as f:
+            found.update(f.read().split())
+    return found
