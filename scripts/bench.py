@@ -932,11 +932,11 @@ def grpc_streaming() -> None:
 
 @benchmark
 def grpc_concurrent_exec() -> Result:
-    """16 clients running ``exec("true")`` at once against 16 concurrent local ``true``s.
-
-    ``exec`` runs its command through bash, as every backend must; the detail also gives 16
-    concurrent local ``bash -c true`` (the floor for any command run by a shell) and the core's
-    own ``exec`` at the same concurrency, so the transport's share can be read off.
+    """16 clients running ``exec("true")`` at once against 16 concurrent local ``bash -c true``:
+    ``exec`` runs its command through bash, as every backend must, so that is the floor (the
+    goal: at least 80% of its rate). The detail also gives 16 concurrent local ``true`` (no
+    shell) and the core's own ``exec`` at the same concurrency, so the transport's share can be
+    read off.
     """
 
     async def run() -> tuple[float, float, float, float]:
@@ -983,11 +983,11 @@ def grpc_concurrent_exec() -> Result:
 
     ours, local, shell, alone = asyncio.run(run())
     detail = (
-        f"{ours:.0f} exec/s over gRPC, {local:.0f}/s local create_subprocess_exec('true'); "
-        f"{shell:.0f}/s local 'bash -c true' (gRPC reaches {ours / shell:.0%} of it), "
-        f"{alone:.0f}/s the core's own exec ({ours / alone:.0%})"
+        f"{ours:.0f} exec/s over gRPC, {shell:.0f}/s local 'bash -c true' "
+        f"({ours / shell:.0%} of it); {local:.0f}/s local create_subprocess_exec('true') without "
+        f"a shell ({ours / local:.0%}); {alone:.0f}/s the core's own exec ({ours / alone:.0%})"
     )
-    return local / ours, 1 / 0.8, detail
+    return shell / ours, 1 / 0.8, detail
 
 
 # The SSH transport's figures (SSH backend beside gRPC, against OpenSSH) live in bench_ssh.py.
