@@ -17,7 +17,7 @@ Rules (kept equal to ``operations._search`` on the conformance suite):
       a file is kept only if the Python walk, with those rules, would reach it.
     - ``--sort path``: the walk order of the Python search (names sorted per directory). That
       makes rg single-threaded, so a search runs several rg processes side by side (one per
-      CPU, at most :data:`MAX_WORKERS`), each over a run of the search directory's entries (its
+      CPU that no other search holds, at most :data:`MAX_WORKERS`), each over a run of the search directory's entries (its
       subdirectories' entries where it has few) in walk order, handed to it as explicit paths;
       their outputs are read one after the other, so matches come in walk order and a reached
       limit still stops every one (:func:`_runs`). Explicit paths are not checked against
@@ -45,6 +45,7 @@ import os
 import shutil
 import signal
 import sysconfig
+import threading
 from collections.abc import AsyncGenerator
 
 from operations import (
@@ -150,17 +151,20 @@ async def search(
     keep = FileFilter(glob)
     inherited = tree.inherited_rules()
     reach = WalkReach(tree.read_small, inherited) if len(inherited) else None
-    runs = await _treewalk.glob_in_thread(tree, lambda: _runs(tree, inherited))
-    if runs is None:
-        argvs = [[*args, "--no-ignore-parent", "--", "./"]]
-    else:
-        argvs = [[*args, "--", *run] for run in runs]
     base = path.rstrip("/")
     checked: dict[bytes, bool] = {}
     count = 0
     yielded = False
     procs: list[_Rg] = []
+    held = _take_workers()
     try:
+        runs = await _treewalk.glob_in_thread(tree, lambda: _runs(tree, inherited, held))
+        if runs is None:
+            argvs = [[*args, "--no-ignore-parent", "--", "./"]]
+        else:
+            argvs = [[*args, "--", *run] for run in runs]
+        _give_workers(held - len(argvs))
+        held = len(argvs)
         for argv in argvs:
             procs.append(await _start(argv, tree.fd, _ruleset(tree.fd, rg)))
         for proc in procs:
@@ -190,21 +194,42 @@ async def search(
                         yield match
                 return
     finally:
+        _give_workers(held)
         for proc in procs:  # every one stopped before the first wait, which a cancel can cut
             proc.close()
         for proc in procs:
             await proc.wait()
 
 
-def _runs(tree: _treewalk.TreeAccess, inherited: IgnoreRules) -> list[list[str]] | None:
+_held = [0]
+"""rg workers that this process's searches hold: searches at once share the CPUs."""
+_held_lock = threading.Lock()  # brokers may run on event loops in several threads
+
+
+def _take_workers() -> int:
+    """Workers for a new search (held until :func:`_give_workers`): the CPUs no other search
+    holds, at least one, at most :data:`MAX_WORKERS`."""
+    with _held_lock:
+        count = max(1, min(MAX_WORKERS, len(os.sched_getaffinity(0)) - _held[0]))
+        _held[0] += count
+    return count
+
+
+def _give_workers(count: int) -> None:
+    with _held_lock:
+        _held[0] -= count
+
+
+def _runs(
+    tree: _treewalk.TreeAccess, inherited: IgnoreRules, workers: int
+) -> list[list[str]] | None:
     """The entries of the search directory that the walk searches, as ``./`` paths in walk
-    order, cut into one run per rg worker: its subdirectories' entries instead where it has
-    fewer than two per worker. ``None`` where one rg searches the directory: one CPU, a small
+    order, cut into one run per rg of ``workers``: its subdirectories' entries instead where it
+    has fewer than two per worker. ``None`` where one rg searches the directory: one worker, a small
     tree (fewer than two directories per worker and :data:`MIN_SPLIT_FILES` files), too many
     entries, an ``.rgignore`` (rg's alone) on the way, or a search directory inside one that
     the ruleset lets rg read (the system libraries), where rg would apply the ignore files
     above it."""
-    workers = min(MAX_WORKERS, len(os.sched_getaffinity(0)))
     if workers < 2 or _under_readable_dir(tree.fd):
         return None
     reach = WalkReach(tree.read_small, inherited)

@@ -293,3 +293,22 @@ def _children() -> set[str]:
         with contextlib.suppress(OSError), open(f"/proc/self/task/{task}/children") as f:
             found.update(f.read().split())
     return found
+
+
+async def test_searches_at_once_share_the_cpus(tmp_path: Path, starts: list[int]) -> None:
+    """A search takes the CPUs no other search's workers hold: with all four held by one
+    search, another runs one rg, and once the first ends the next takes four again."""
+    if not usable():
+        return
+    root = tmp_path / "ROOT"
+    root.mkdir()
+    make_wide_tree(root)
+    async with Broker(str(root)) as broker:
+        first = broker.search("needle", str(root), limit=1000)
+        assert await first.__anext__()  # its workers run, held
+        during = [m async for m in broker.search("needle", str(root), limit=1000)]
+        await first.aclose()
+        after = [m async for m in broker.search("needle", str(root), limit=1000)]
+    assert starts == [4, 1, 4]
+    assert during == after
+    assert _rg._held == [0], "a search kept its workers"
