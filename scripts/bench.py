@@ -134,11 +134,11 @@ def bench_search_10k() -> Result:
             assert out.stdout.count(b"\n") == 100
             return time.perf_counter() - start
 
-        async def confined_async(engine: str, where: Path = top, found_: int = 100) -> float:
+        async def confined_async(engine: str) -> float:
             async with Broker(str(top), search_engine=engine) as broker:
                 start = time.perf_counter()
-                found = [m async for m in broker.search("needle_xyz", str(where), limit=10_000)]
-                assert len(found) == found_, len(found)
+                found = [m async for m in broker.search("needle_xyz", str(top), limit=10_000)]
+                assert len(found) == 100, len(found)
                 return time.perf_counter() - start
 
         def workers(count: int, fn: Callable[[], float]) -> float:
