@@ -158,7 +158,9 @@ async def search(
     procs: list[_Rg] = []
     held = _take_workers()
     try:
-        runs = await _treewalk.glob_in_thread(tree, lambda: _runs(tree, inherited, held))
+        runs = None
+        if held > 1:  # one worker needs no listing, and no thread for it
+            runs = await _treewalk.glob_in_thread(tree, lambda: _runs(tree, inherited, held))
         if runs is None:
             argvs = [[*args, "--no-ignore-parent", "--", "./"]]
         else:

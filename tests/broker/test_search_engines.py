@@ -226,14 +226,14 @@ def starts(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         counts[-1] += 1
         return await real_start(*args)
 
-    real_runs = _rg._runs
+    real_take = _rg._take_workers
 
-    def runs(*args: Any) -> list[list[str]] | None:
+    def take() -> int:  # once per search
         counts.append(0)
-        return real_runs(*args)
+        return real_take()
 
     monkeypatch.setattr(_rg, "_start", start)
-    monkeypatch.setattr(_rg, "_runs", runs)
+    monkeypatch.setattr(_rg, "_take_workers", take)
     return counts
 
 
