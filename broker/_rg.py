@@ -226,13 +226,13 @@ def _runs(
     tree: _treewalk.TreeAccess, inherited: IgnoreRules, workers: int
 ) -> list[list[str]] | None:
     """The entries of the search directory that the walk searches, as ``./`` paths in walk
-    order, cut into one run per rg of ``workers``: its subdirectories' entries instead where it
-    has fewer than two per worker. ``None`` where one rg searches the directory: one worker, a small
-    tree (fewer than two directories per worker and :data:`MIN_SPLIT_FILES` files), too many
-    entries, an ``.rgignore`` (rg's alone) on the way, or a search directory inside one that
-    the ruleset lets rg read (the system libraries), where rg would apply the ignore files
-    above it."""
-    if workers < 2 or _under_readable_dir(tree.fd):
+    order, cut into one run per rg of ``workers`` (two or more): its subdirectories' entries
+    instead where it has fewer than two per worker. ``None`` where one rg searches the
+    directory: a small tree (fewer than two directories per worker and :data:`MIN_SPLIT_FILES`
+    files), too many entries, an ``.rgignore`` (rg's alone) on the way, or a search directory
+    inside one that the ruleset lets rg read (the system libraries), where rg would apply the
+    ignore files above it."""
+    if _under_readable_dir(tree.fd):
         return None
     reach = WalkReach(tree.read_small, inherited)
     units = _entries(tree, reach, "")
@@ -326,16 +326,12 @@ class _Rg:
         """Read its two pipes into :attr:`stdout` and :attr:`stderr` from now on (until then
         rg waits once a pipe is full: a worker whose turn has not come holds little)."""
         pipes, self._pipes = self._pipes, (-1, -1)
-        for i, (fd, reader) in enumerate(zip(pipes, (self.stdout, self.stderr), strict=True)):
-            if fd < 0:
-                continue
-            try:
+        try:
+            for fd, reader in zip(pipes, (self.stdout, self.stderr), strict=True):
                 self._transports.append(PipeReadTransport(fd, reader))
-            except BaseException:
-                for rest in pipes[i:]:
-                    if rest >= 0:
-                        os.close(rest)
-                raise
+        finally:
+            for fd in pipes[len(self._transports) :]:
+                os.close(fd)
 
     def _reaping(self) -> asyncio.Future[int]:
         """rg's exit code once it is reaped: one reaping, which every caller awaits and a
